@@ -1,0 +1,43 @@
+"""The ``localspec`` command: one module per subcommand, registered here."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from localspec import __version__
+from localspec.cli import run as _run
+
+app = typer.Typer(
+    name="localspec",
+    help="Run local LLMs on llama.cpp, with speculative decoding that always pays.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"localspec {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    pass
+
+
+app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
+
+
+def main() -> None:
+    from localspec.cli._common import run_app
+
+    sys.exit(run_app(app))

@@ -1,0 +1,5 @@
+"""The engine: llama.cpp contexts on one thread, sampling, streaming text."""
+
+from localspec.engine.scheduler import Engine, EngineConfig, Stream
+
+__all__ = ["Engine", "EngineConfig", "Stream"]

@@ -1,0 +1,427 @@
+"""The only module that imports ``llama_cpp``.
+
+It wraps llama-cpp-python's low-level (ctypes) API, because the engine needs several
+sequences in one context, per-sequence KV removal and logits for chosen batch rows, which
+the high-level ``Llama`` class does not give. Everything it returns is plain Python or
+numpy; every llama.cpp failure becomes a ``localspec.errors`` exception with a sentence.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import llama_cpp as lc
+except Exception as exc:  # pragma: no cover - depends on the install
+    from localspec.errors import LocalspecError
+
+    raise LocalspecError(
+        "llama-cpp-python is not installed or failed to load "
+        f"({exc}); reinstall it as the README's install section says."
+    ) from exc
+
+from localspec.errors import ContextError, DecodeError, ModelLoadError, OutOfMemory
+
+# ---------------------------------------------------------------------------- logging
+
+_log_lines: collections.deque[str] = collections.deque(maxlen=60)
+_verbose = False
+_init_lock = threading.Lock()
+_initialised = False
+
+
+@lc.llama_log_callback
+def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    _log_lines.append(line)
+    if _verbose:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's own log on stderr (it is kept quietly otherwise)."""
+    global _verbose
+    _verbose = verbose
+
+
+def recent_log() -> str:
+    """llama.cpp's last log lines: the detail behind a failure, shown under --verbose."""
+    return "".join(_log_lines).strip()
+
+
+def _init() -> None:
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            lc.llama_log_set(_on_log, ctypes.c_void_p(0))
+            lc.llama_backend_init()
+            _initialised = True
+
+
+def supports_gpu_offload() -> bool:
+    _init()
+    return bool(lc.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    _init()
+    return lc.llama_print_system_info().decode("utf-8", errors="replace").strip()
+
+
+def builtin_templates() -> list[str]:
+    """Names of the chat templates llama.cpp knows (chatml, llama3, gemma, ...)."""
+    n = lc.llama_chat_builtin_templates(None, 0)
+    arr = (ctypes.c_char_p * n)()
+    lc.llama_chat_builtin_templates(arr, n)
+    return [name.decode() for name in arr if name]
+
+
+def library_version() -> str:
+    return getattr(lc, "__version__", "unknown")
+
+
+# ---------------------------------------------------------------------------- model
+
+KV_TYPES = {"f16": lc.GGML_TYPE_F16, "q8_0": lc.GGML_TYPE_Q8_0, "q4_0": lc.GGML_TYPE_Q4_0}
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What a drafter must share with its target, and what the engine stops on."""
+
+    n_vocab: int
+    vocab_type: int
+    bos: int  # -1 when the model has none
+    eos: int
+    eot: int
+    add_bos: bool
+    bos_text: str
+    eos_text: str
+
+
+class Model:
+    """A loaded GGUF model (weights and vocabulary)."""
+
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0) -> None:
+        _init()
+        self.path = Path(path)
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        _log_lines.clear()
+        ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            log = recent_log()
+            if "out of memory" in log.lower() or "failed to allocate" in log.lower():
+                raise OutOfMemory(
+                    f"Not enough memory to load {self.path.name}; "
+                    "try fewer GPU layers or a smaller quantisation.",
+                    detail=log,
+                )
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: it is corrupt, truncated or of "
+                "an architecture this llama.cpp build does not support.",
+                detail=log,
+            )
+        self._ptr = ptr
+        self._vocab = lc.llama_model_get_vocab(ptr)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
+        self.n_layer = int(lc.llama_model_n_layer(ptr))
+        self._pieces: dict[int, bytes] = {}
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(self.n_vocab):
+            if lc.llama_vocab_is_eog(self._vocab, t):
+                self._eog[t] = True
+        self.vocab = VocabInfo(
+            n_vocab=self.n_vocab,
+            vocab_type=int(lc.llama_vocab_type(self._vocab)),
+            bos=int(lc.llama_vocab_bos(self._vocab)),
+            eos=int(lc.llama_vocab_eos(self._vocab)),
+            eot=int(lc.llama_vocab_eot(self._vocab)),
+            add_bos=bool(lc.llama_vocab_get_add_bos(self._vocab)),
+            bos_text=self._special_text(int(lc.llama_vocab_bos(self._vocab))),
+            eos_text=self._special_text(int(lc.llama_vocab_eos(self._vocab))),
+        )
+
+    def _special_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.token_to_piece(token, special=True).decode("utf-8", errors="replace")
+
+    # -- metadata
+
+    def meta(self, key: str) -> str | None:
+        size = 1 << 14
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = lc.llama_model_meta_val_str(self._ptr, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    @property
+    def chat_template(self) -> str | None:
+        raw = lc.llama_model_chat_template(self._ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    @property
+    def builtin_template_name(self) -> str | None:
+        """llama.cpp's built-in template for this architecture, if it has one."""
+        arch = self.architecture
+        names = builtin_templates()
+        if arch in names:
+            return arch
+        matches = [n for n in names if arch.startswith(n)]
+        return max(matches, key=len) if matches else None
+
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self._ptr, buf, 256)
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def n_params(self) -> int:
+        return int(lc.llama_model_n_params(self._ptr))
+
+    # -- vocabulary
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (lc.llama_token * n_max)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (lc.llama_token * n_max)()
+            n = lc.llama_tokenize(
+                self._vocab, data, len(data), buf, n_max, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        """The token's bytes (possibly part of a UTF-8 character); cached."""
+        key = token if not special else ~token
+        piece = self._pieces.get(key)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+            piece = buf.raw[:n]
+            self._pieces[key] = piece
+        return piece
+
+    def detokenize(self, tokens: list[int], *, special: bool = False) -> str:
+        data = b"".join(self.token_to_piece(t, special=special) for t in tokens)
+        return data.decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text for a token (for comparing two vocabularies)."""
+        raw = lc.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def apply_builtin_template(self, template: str, messages: list[tuple[str, str]]) -> str | None:
+        """Render with llama.cpp's built-in templates, which it picks by name or by
+        recognising ``template``; None when it recognises none."""
+        keep = [(r.encode(), c.encode()) for r, c in messages]
+        chat = (lc.llama_chat_message * len(keep))()
+        for i, (r, c) in enumerate(keep):
+            chat[i].role = r
+            chat[i].content = c
+        size = 4096 + sum(len(c) for _, c in keep) * 2
+        buf = ctypes.create_string_buffer(size)
+        n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, size)
+        if n < 0:
+            return None
+        if n > size:
+            buf = ctypes.create_string_buffer(n + 1)
+            n = lc.llama_chat_apply_template(template.encode(), chat, len(keep), True, buf, n + 1)
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            lc.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at exit
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------- batch
+
+
+class Batch:
+    """A reusable llama_batch of (token, position, sequence, wants-logits) rows."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._b = lc.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+        self._seq = [-1] * capacity  # what seq_id[i][0] holds, to skip rewriting it
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
+        """Append a row and return its index (the row to read logits from)."""
+        i = self.n
+        b = self._b
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        if self._seq[i] != seq:
+            b.seq_id[i][0] = seq
+            self._seq[i] = seq
+        b.logits[i] = logits
+        self.n = i + 1
+        return i
+
+    def close(self) -> None:
+        if self._b is not None:
+            lc.llama_batch_free(self._b)
+            self._b = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------- context
+
+
+class KVFull(DecodeError):
+    """llama_decode found no room in the KV cache for the batch."""
+
+    def __init__(self) -> None:
+        super().__init__("The KV cache is full; raise --ctx-size or use fewer slots.")
+
+
+class Context:
+    """A llama.cpp context with ``n_seq`` sequences sharing one unified KV cache."""
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int,
+        n_batch: int = 512,
+        n_seq: int = 1,
+        n_threads: int | None = None,
+        kv_type: str = "f16",
+    ) -> None:
+        _init()
+        self.model = model
+        threads = n_threads or default_threads()
+        params = lc.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_batch, 512)
+        params.n_seq_max = n_seq
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.kv_unified = True
+        params.type_k = KV_TYPES[kv_type]
+        params.type_v = KV_TYPES[kv_type]
+        if kv_type != "f16":  # a quantised V cache needs flash attention
+            params.flash_attn_type = 1
+        params.no_perf = True
+        _log_lines.clear()
+        ptr = lc.llama_init_from_model(model._ptr, params)
+        if not ptr:
+            log = recent_log()
+            if "alloc" in log.lower() or "memory" in log.lower():
+                raise OutOfMemory(
+                    f"Not enough memory for a context of {n_ctx} tokens; "
+                    "lower --ctx-size or the number of slots.",
+                    detail=log,
+                )
+            raise ContextError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for "
+                f"{model.path.name}.",
+                detail=log,
+            )
+        self._ptr = ptr
+        self._mem = lc.llama_get_memory(ptr)
+        self.n_ctx = int(lc.llama_n_ctx(ptr))
+        self.n_batch = n_batch
+        self.n_threads = threads
+        self._row_type = ctypes.c_float * model.n_vocab
+
+    def decode(self, batch: Batch) -> None:
+        """Run the batch; raise KVFull when the cache has no room, DecodeError on failure."""
+        b = batch._b
+        b.n_tokens = batch.n
+        rc = lc.llama_decode(self._ptr, b)
+        if rc == 0:
+            return
+        if rc == 1:
+            raise KVFull()
+        raise DecodeError(
+            f"llama.cpp failed to evaluate a batch of {batch.n} tokens (code {rc}).",
+            detail=recent_log(),
+        )
+
+    def logits(self, row: int) -> np.ndarray:
+        """The logits of batch row ``row`` after the last decode: a read-only view that
+        the next decode overwrites (copy it to keep it)."""
+        ptr = lc.llama_get_logits_ith(self._ptr, row)
+        arr = np.frombuffer(
+            self._row_type.from_address(ctypes.addressof(ptr.contents)), dtype=np.float32
+        )
+        arr.flags.writeable = False
+        return arr
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> None:
+        """Forget positions [p0, p1) of a sequence (-1: open end)."""
+        if not lc.llama_memory_seq_rm(self._mem, seq, p0, p1):
+            raise DecodeError(f"llama.cpp could not remove positions {p0}..{p1} of slot {seq}.")
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_pos_max(self, seq: int) -> int:
+        return int(lc.llama_memory_seq_pos_max(self._mem, seq))
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            lc.llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def default_threads() -> int:
+    """All cores this process may use: llama.cpp decodes fastest with one thread per core."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)

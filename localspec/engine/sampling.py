@@ -1,0 +1,153 @@
+"""Logits -> token, keeping the final distribution.
+
+Speculative verification needs the exact distribution a token is drawn from (after every
+transform), so ``distribution`` returns it and ``Sampler.sample`` draws from it. The
+transforms follow llama.cpp's default order: penalties, top-k, top-p, min-p, then
+temperature. Candidates stay sparse (ids + probabilities): a full softmax over a 150k
+vocabulary every token would cost more than the rest of the loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.types import SamplingParams
+
+# For top-p without top-k, look at this many best tokens first; widen only if they do not
+# reach the mass (rare), since sorting a whole vocabulary costs milliseconds.
+_TOP_P_PREFILTER = 512
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A probability distribution over ``ids`` (sorted by probability, highest first,
+    except under plain temperature sampling where every id is a candidate)."""
+
+    ids: np.ndarray  # int64
+    probs: np.ndarray  # float64, sums to 1
+
+    def prob(self, token: int) -> float:
+        hit = np.nonzero(self.ids == token)[0]
+        return float(self.probs[hit[0]]) if hit.size else 0.0
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        out = np.zeros(n_vocab, dtype=np.float64)
+        out[self.ids] = self.probs
+        return out
+
+
+def one_hot(token: int) -> Distribution:
+    return Distribution(np.array([token], dtype=np.int64), np.array([1.0]))
+
+
+def apply_penalties(logits: np.ndarray, params: SamplingParams, history: list[int]) -> np.ndarray:
+    """Repetition (llama.cpp style: divide positive logits, multiply negative ones),
+    presence and frequency penalties over the last ``penalty_last_n`` tokens."""
+    window = history[-params.penalty_last_n :] if params.penalty_last_n > 0 else history
+    if not window or not params.penalized:
+        return logits
+    out = np.array(logits, dtype=np.float32, copy=True)
+    ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
+    vals = out[ids]
+    if params.repeat_penalty != 1.0:
+        vals = np.where(vals > 0, vals / params.repeat_penalty, vals * params.repeat_penalty)
+    vals = vals - counts * params.frequency_penalty - params.presence_penalty
+    out[ids] = vals
+    return out
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def distribution(
+    logits: np.ndarray, params: SamplingParams, history: list[int] | None = None
+) -> Distribution:
+    """The distribution the next token is drawn from, after every transform.
+
+    top-p and min-p each keep a prefix of the candidates sorted by probability, so they
+    are computed together on untempered probabilities (as llama.cpp does) over a cheap
+    superset of that prefix rather than a sort of the whole vocabulary.
+    """
+    logits = apply_penalties(logits, params, history or [])
+    if params.greedy:
+        return one_hot(int(np.argmax(logits)))
+    n = logits.shape[0]
+    if 0 < params.top_k < n:
+        ids = _top_ids(logits, params.top_k)
+        norm = _logsumexp(logits[ids])
+    else:
+        norm = _logsumexp(logits)
+        if params.min_p > 0.0:
+            above = np.flatnonzero(logits >= logits.max() + math.log(params.min_p))
+            ids = above[np.lexsort((above, -logits[above]))]
+        elif params.top_p < 1.0:
+            ids = _top_ids(logits, min(n, _TOP_P_PREFILTER))
+            if math.exp(_logsumexp(logits[ids]) - norm) < params.top_p:
+                ids = _top_ids(logits, n)
+        else:
+            ids = np.arange(n, dtype=np.int64)
+    cand = logits[ids].astype(np.float64)
+    keep = ids.size
+    if params.top_p < 1.0 or params.min_p > 0.0:
+        p = np.exp(cand - norm)
+        if params.top_p < 1.0:
+            keep = min(keep, int(np.searchsorted(np.cumsum(p), params.top_p)) + 1)
+        if params.min_p > 0.0:
+            keep = min(keep, max(1, int(np.count_nonzero(p >= params.min_p * p[0]))))
+    return Distribution(ids[:keep].astype(np.int64), _softmax(cand[:keep] / params.temperature))
+
+
+def _top_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest logits, sorted descending (ties: lower id first)."""
+    n = logits.shape[0]
+    if k >= n:
+        return np.argsort(-logits, kind="stable").astype(np.int64)
+    part = np.argpartition(-logits, k - 1)[:k]
+    order = np.lexsort((part, -logits[part]))
+    return part[order].astype(np.int64)
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = float(x.max())
+    return m + math.log(float(np.exp(x - m, dtype=np.float64).sum()))
+
+
+def logprob(logits: np.ndarray, token: int) -> float:
+    """The model's own log-probability of ``token`` (before any transform)."""
+    x = logits.astype(np.float64)
+    return float(x[token] - _logsumexp(x))
+
+
+class Sampler:
+    """Per-request sampling state: the seeded generator and the penalty history."""
+
+    def __init__(self, params: SamplingParams, history: list[int] | None = None) -> None:
+        self.params = params
+        self.seed = params.seed if params.seed is not None else int(np.random.SeedSequence().entropy % (2**32))
+        self.rng = np.random.default_rng(self.seed)
+        self.history: list[int] = list(history or [])
+
+    def distribution(self, logits: np.ndarray) -> Distribution:
+        return distribution(logits, self.params, self.history if self.params.penalized else None)
+
+    def draw(self, dist: Distribution) -> int:
+        if dist.ids.size == 1:
+            return int(dist.ids[0])
+        u = self.rng.random()
+        i = int(np.searchsorted(np.cumsum(dist.probs), u, side="right"))
+        return int(dist.ids[min(i, dist.ids.size - 1)])
+
+    def sample(self, logits: np.ndarray) -> tuple[int, Distribution]:
+        """Draw the next token; returns it with the distribution it came from."""
+        dist = self.distribution(logits)
+        return self.draw(dist), dist
+
+    def accept(self, token: int) -> None:
+        """Record a token that became part of the output (for penalties)."""
+        if self.params.penalized:
+            self.history.append(token)

@@ -1,0 +1,41 @@
+"""Rich output for humans: errors and statistics on stderr, honouring NO_COLOR."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+from localspec.types import Result
+
+# stderr carries everything but the answer, so that `localspec run ... | next-tool` gets
+# only the answer on its stdin. Rich honours NO_COLOR and drops styling off a terminal.
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def error(message: str, detail: str | None = None, *, verbose: bool = False) -> None:
+    stderr.print(f"[bold red]error:[/] {message}", markup=True)
+    if verbose and detail:
+        stderr.print(detail, markup=False, style="dim")
+
+
+def note(message: str) -> None:
+    stderr.print(message, style="dim", markup=False)
+
+
+def stats_line(result: Result, load_s: float) -> str:
+    t, u = result.timings, result.usage
+    prompt_rate = (u.prompt_tokens - u.cached_tokens) / t.prompt_s if t.prompt_s > 0 else 0.0
+    cached = f", {u.cached_tokens} cached" if u.cached_tokens else ""
+    return (
+        f"load {load_s:.2f} s · prompt {u.prompt_tokens} tokens{cached} in {t.prompt_s:.2f} s "
+        f"({prompt_rate:.1f} tok/s) · generated {u.completion_tokens} tokens in "
+        f"{t.decode_s:.2f} s ({t.decode_tokens_per_s:.1f} tok/s) · finish {result.finish_reason.value}"
+    )
+
+
+def write_text(text: str) -> None:
+    """Stream answer text to stdout as it comes."""
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()

@@ -1,0 +1,106 @@
+"""The plain data that flows between front ends and the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # a stop string matched
+    LENGTH = "length"  # max_tokens reached or the slot's context is full
+    EOS = "eos"  # the model produced an end-of-generation token
+    CANCELLED = "cancelled"  # the caller cancelled the stream (Ctrl-C, client gone)
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling transforms, applied in llama.cpp's order: penalties, top-k, top-p,
+    min-p, then temperature. ``temperature <= 0`` is greedy (after penalties)."""
+
+    temperature: float = 0.8
+    top_k: int = 40  # <= 0: off
+    top_p: float = 0.95  # >= 1: off
+    min_p: float = 0.05  # <= 0: off
+    repeat_penalty: float = 1.0  # 1: off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64  # how many recent tokens the penalties look at
+    seed: int | None = None  # None: a fresh random seed per request
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    @property
+    def penalized(self) -> bool:
+        return (
+            self.repeat_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass
+class Request:
+    """One generation: either a raw ``prompt`` or chat ``messages`` (rendered with the
+    model's chat template)."""
+
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None  # None: until EOS or the context is full
+    stop: list[str] = field(default_factory=list)
+    logprobs: bool = False  # fill TokenEvent.logprob (costs a softmax per token)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token. ``text`` is what can be shown now: never half a UTF-8
+    character, never the start of a possible stop string (held back until resolved)."""
+
+    text: str
+    token_id: int
+    from_draft: bool = False
+    logprob: float | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens reused from the slot's previous request
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Timings:
+    prompt_s: float  # queue exit to first token: prefill
+    decode_s: float  # first token to last
+    decode_tokens: int  # target decodes after the first token
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a stream ended; ``error`` holds the sentence when finish_reason is ERROR."""
+
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    template: str | None = None  # which chat template rendered the prompt
+    error: str | None = None
