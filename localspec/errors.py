@@ -57,3 +57,7 @@ class DecodeError(LocalspecError):
 
 class EngineClosed(LocalspecError):
     http_status = 503
+
+
+class DraftMismatch(LocalspecError):
+    """The draft model's tokenizer does not match the target's."""

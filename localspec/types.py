@@ -50,15 +50,17 @@ class Message:
 
 @dataclass
 class Request:
-    """One generation: either a raw ``prompt`` or chat ``messages`` (rendered with the
-    model's chat template)."""
+    """One generation: a raw ``prompt``, chat ``messages`` (rendered with the model's chat
+    template) or ``prompt_tokens``."""
 
     prompt: str | None = None
     messages: list[Message] | None = None
+    prompt_tokens: list[int] | None = None  # already tokenized (no template, no BOS added)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int | None = None  # None: until EOS or the context is full
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False  # fill TokenEvent.logprob (costs a softmax per token)
+    spec: str | None = None  # speculation for this request: off|ngram|draft|auto; None: the engine's
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,28 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class SpecStats:
+    """What speculation did for one request (``mode`` is what actually ran)."""
+
+    mode: str  # off, ngram, draft, or ngram+draft
+    drafted: int
+    accepted: int
+    steps: int  # target decodes after the prompt
+    draft_lengths: dict[int, int]  # k chosen -> how many steps
+    draft_s: float
+    verify_s: float
+    sample_s: float
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_step(self) -> float:
+        return self.accepted / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
 class Result:
     """How a stream ended; ``error`` holds the sentence when finish_reason is ERROR."""
 
@@ -104,3 +128,4 @@ class Result:
     timings: Timings
     template: str | None = None  # which chat template rendered the prompt
     error: str | None = None
+    spec: SpecStats | None = None

@@ -46,3 +46,17 @@ def tiny_engine(tiny_model: Path):
     engine = Engine(tiny_model, EngineConfig(n_ctx=512, n_slots=3, n_batch=64))
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A draft for ``tiny_model``: the same vocabulary, its weights perturbed (it agrees
+    with the target often, not always)."""
+    path = tmp_path_factory.mktemp("models") / "tiny-draft.gguf"
+    return write_tiny_model(path, TinySpec(seed=7, base_seed=0, noise=0.35))
+
+
+@pytest.fixture(scope="session")
+def tiny_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("models") / "tiny-other-vocab.gguf"
+    return write_tiny_model(path, TinySpec(seed=3, vocab_variant=1))

@@ -45,11 +45,13 @@ def _bytes_to_unicode() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
-def vocabulary() -> tuple[list[str], list[int], list[str]]:
+def vocabulary(variant: int = 0) -> tuple[list[str], list[int], list[str]]:
+    """The byte-level vocabulary; ``variant`` 1 orders the merges differently (same size,
+    other token texts: a tokenizer that must not pair with variant 0)."""
     tokens = _bytes_to_unicode()
     types = [gguf.TokenType.NORMAL] * 256
     merges = []
-    for a, b in _MERGES:
+    for a, b in (_MERGES if variant == 0 else _MERGES[::-1]):
         tokens.append(a + b)
         types.append(gguf.TokenType.NORMAL)
         merges.append(f"{a} {b}")
@@ -75,6 +77,7 @@ class TinySpec:
     n_ctx: int = 2048
     logit_scale: float = 0.45  # std of the output weights: how peaked the next-token choice is
     chat_template: str | None = CHATML
+    vocab_variant: int = 0
     # The weights of the model this one perturbs (a draft of it), and by how much.
     base_seed: int | None = None
     noise: float = 0.0
@@ -123,7 +126,7 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
             else base[k]
             for k in base
         }
-    tokens, types, merges = vocabulary()
+    tokens, types, merges = vocabulary(spec.vocab_variant)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(f"tiny-{spec.seed}")
     w.add_context_length(spec.n_ctx)

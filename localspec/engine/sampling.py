@@ -117,6 +117,11 @@ def _logsumexp(x: np.ndarray) -> float:
     return m + math.log(float(np.exp(x - m, dtype=np.float64).sum()))
 
 
+def top_probability(logits: np.ndarray) -> float:
+    """The softmax probability of the most likely token (a draft's confidence)."""
+    return math.exp(float(logits.max()) - _logsumexp(logits))
+
+
 def logprob(logits: np.ndarray, token: int) -> float:
     """The model's own log-probability of ``token`` (before any transform)."""
     x = logits.astype(np.float64)
@@ -132,8 +137,12 @@ class Sampler:
         self.rng = np.random.default_rng(self.seed)
         self.history: list[int] = list(history or [])
 
-    def distribution(self, logits: np.ndarray) -> Distribution:
-        return distribution(logits, self.params, self.history if self.params.penalized else None)
+    def distribution(self, logits: np.ndarray, extra: list[int] | None = None) -> Distribution:
+        """The distribution after the accepted history plus ``extra`` tokens (drafts
+        being verified, which the penalties must see as if they were accepted)."""
+        if not self.params.penalized:
+            return distribution(logits, self.params)
+        return distribution(logits, self.params, self.history + extra if extra else self.history)
 
     def draw(self, dist: Distribution) -> int:
         if dist.ids.size == 1:

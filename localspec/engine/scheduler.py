@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.engine import backend, templates
-from localspec.engine.sampling import Sampler, logprob
+from localspec.engine.draft import DraftJob, DraftModel, check_pair
+from localspec.engine.sampling import Distribution, Sampler, logprob, one_hot, top_probability
+from localspec.engine.speculate import MODES, Acceptance, Costs, NgramIndex, SlotSpec, SpecConfig, choose_k, verify
 from localspec.engine.stream import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, PromptTooLong
-from localspec.types import FinishReason, Request, Result, Timings, TokenEvent, Usage
+from localspec.types import FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
 
 DEFAULT_CTX = 4096
 
@@ -31,6 +33,9 @@ class EngineConfig:
     n_threads: int | None = None
     n_gpu_layers: int = 0
     kv_type: str = "f16"
+    draft_model: Path | None = None  # a GGUF with the target's tokenizer
+    draft_gpu_layers: int = 0
+    spec: SpecConfig = SpecConfig()
 
 
 class Stream:
@@ -89,6 +94,8 @@ class _Slot:
     cached: int = 0
     t_start: float = 0.0
     t_first: float = 0.0
+    mode: str = "off"  # this request's speculation mode
+    spec: SlotSpec | None = None
 
     @property
     def active(self) -> bool:
@@ -112,8 +119,27 @@ class Engine:
             n_threads=config.n_threads,
             kv_type=config.kv_type,
         )
+        self.spec = config.spec
+        if self.spec.mode not in MODES:
+            raise InvalidRequest(f"Unknown speculation mode {self.spec.mode!r}; use one of {', '.join(MODES)}.")
+        self.draft: DraftModel | None = None
+        if config.draft_model is not None:
+            draft_model = backend.Model(config.draft_model, n_gpu_layers=config.draft_gpu_layers)
+            try:
+                check_pair(self.model, draft_model)
+            except LocalspecError:
+                draft_model.close()
+                raise
+            self.draft = DraftModel(
+                draft_model, n_ctx=self.n_ctx, n_slots=config.n_slots, n_batch=config.n_batch,
+                n_threads=config.n_threads, kv_type=config.kv_type,
+            )
+        elif self.spec.mode == "draft":
+            raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         self.load_s = time.perf_counter() - t0
         self._batch = backend.Batch(config.n_batch)
+        self.costs = Costs()
+        self._calibrated = False
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._waiting: list[_Job] = []
@@ -140,9 +166,16 @@ class Engine:
             text, template = rendered.text, rendered.source
             bos = self.model.vocab.bos_text
             add_special = not (bos and text.startswith(bos))
+        elif request.prompt_tokens is not None:
+            text = None
         else:
             text, add_special = request.prompt or "", True
-        tokens = self.model.tokenize(text, add_special=add_special, parse_special=True)
+        if text is None:
+            tokens = list(request.prompt_tokens or [])
+            if any(not 0 <= t < self.model.n_vocab for t in tokens):
+                raise InvalidRequest(f"Prompt token ids must be in [0, {self.model.n_vocab}).")
+        else:
+            tokens = self.model.tokenize(text, add_special=add_special, parse_special=True)
         if not tokens:
             raise InvalidRequest("The prompt is empty.")
         if len(tokens) >= self.n_ctx:
@@ -157,6 +190,10 @@ class Engine:
         if self._closed:
             raise EngineClosed("The engine has been shut down.")
         tokens, template = self.prepare(request)
+        if request.spec is not None and request.spec not in MODES:
+            raise InvalidRequest(f"Unknown speculation mode {request.spec!r}; use one of {', '.join(MODES)}.")
+        if request.spec == "draft" and self.draft is None:
+            raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         stream = Stream(self, len(tokens), template)
         self._inbox.put(_Job(request, tokens, stream))
         return stream
@@ -173,6 +210,8 @@ class Engine:
         self._inbox.put(None)
         self._thread.join()
         self._batch.close()
+        if self.draft is not None:
+            self.draft.close()
         self.ctx.close()
         self.model.close()
 
@@ -188,6 +227,10 @@ class Engine:
     # ------------------------------------------------------------------ engine thread
 
     def _run(self) -> None:
+        # llama.cpp's CPU thread pool belongs to the thread that first decodes: measure
+        # costs here, on the engine thread, never on the caller's.
+        if self.spec.mode != "off" or self.draft is not None:
+            self._calibrate()
         while True:
             busy = bool(self._waiting) or any(s.active for s in self._slots)
             if not self._receive(block=not busy):
@@ -232,6 +275,8 @@ class Engine:
             self._start(slot, job)
 
     def _start(self, slot: _Slot, job: _Job) -> None:
+        if (job.request.spec or self.spec.mode) != "off":
+            self._calibrate()
         keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
@@ -243,19 +288,40 @@ class Engine:
         params = job.request.sampling
         slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None)
         slot.text = TextAssembler(job.request.stop)
+        slot.mode = job.request.spec or self.spec.mode
+        if slot.mode == "auto" and self.draft is None:
+            slot.mode = "ngram"
+        slot.spec = None
+        if slot.mode != "off":
+            k = self.spec.draft_max
+            slot.spec = SlotSpec(
+                ngram=NgramIndex(job.prompt, self.spec.ngram_min, self.spec.ngram_max)
+                if slot.mode in ("ngram", "auto") else None,
+                accept_ngram={
+                    n: Acceptance(prior=0.5, k_max=k)
+                    for n in range(self.spec.ngram_min, self.spec.ngram_max + 1)
+                },
+                accept_draft=Acceptance(prior=0.7, k_max=k),
+            )
         slot.t_start = time.perf_counter()
 
     def _step(self) -> None:
         for slot in self._slots:
             if slot.active and slot.job.stream.cancelled:
                 self._finish(slot, FinishReason.CANCELLED)
+        generating = [s for s in self._slots if s.active and s.pending is not None]
+        t0 = time.perf_counter()
+        drafts = self._draft(generating)
+        t_draft = time.perf_counter() - t0
         batch = self._batch
         batch.clear()
-        rows: list[tuple[_Slot, int]] = []
-        for slot in self._slots:  # generating slots first: one token each
-            if slot.active and slot.pending is not None:
-                rows.append((slot, batch.add(slot.pending, len(slot.tokens), slot.seq, True)))
-                slot.tokens.append(slot.pending)
+        first_row: dict[int, int] = {}
+        for slot in generating:  # pending token + drafts, every row with logits
+            n = len(slot.tokens)
+            first_row[slot.seq] = batch.add(slot.pending, n, slot.seq, True)
+            for i, token in enumerate(drafts[slot.seq][1] if slot.seq in drafts else ()):
+                batch.add(token, n + 1 + i, slot.seq, True)
+        prefilled: list[tuple[_Slot, int]] = []
         for slot in self._slots:  # then prompt chunks, as far as the batch has room
             if slot.active and slot.pending is None and batch.n < batch.capacity:
                 prompt = slot.job.prompt
@@ -265,37 +331,172 @@ class Engine:
                 slot.tokens.extend(prompt[slot.prefill_at : end])
                 slot.prefill_at = end
                 if end == len(prompt):
-                    rows.append((slot, row))
+                    prefilled.append((slot, row))
         if batch.n == 0:
             return
+        t0 = time.perf_counter()
         self.ctx.decode(batch)
-        for slot, row in rows:
+        t_verify = time.perf_counter() - t0
+        if not prefilled:
+            self.costs.observe_target(batch.n, t_verify)
+        for slot in generating:
             if slot.active:
-                self._accept(slot, self.ctx.logits(row))
+                kind, tokens, qs = drafts.get(slot.seq, ("none", [], []))
+                if slot.spec is not None:
+                    slot.spec.draft_s += t_draft
+                    slot.spec.verify_s += t_verify
+                self._advance(slot, first_row[slot.seq], kind, tokens, qs)
+        for slot, row in prefilled:
+            if slot.active:
+                token, _ = slot.sampler.sample(self.ctx.logits(row))
+                if self._emit(slot, token, False, row):
+                    slot.pending = token
 
-    def _accept(self, slot: _Slot, logits) -> None:
-        """Sample the slot's next token from ``logits`` and emit it."""
+    # -- speculation
+
+    def _draft(self, slots: list[_Slot]) -> dict[int, tuple[str, list[int], list[Distribution]]]:
+        """Proposals per slot: n-gram lookups at once, draft-model jobs in one batch."""
+        plans: dict[int, tuple[str, list[int], list[Distribution]]] = {}
+        jobs: list[DraftJob] = []
+        for slot in slots:
+            if slot.spec is None:
+                continue
+            room = min(
+                self.spec.draft_max,
+                self.n_ctx - 1 - len(slot.tokens),
+                (slot.job.request.max_tokens or 1 << 30) - slot.generated - 1,
+            )
+            if room <= 0:
+                continue
+            if slot.spec.ngram is not None:
+                order, proposal = slot.spec.ngram.propose(room)
+                if proposal:
+                    k = self._choose(slot, slot.spec.accept_ngram[order], len(proposal), 0.0)
+                    if k:
+                        plans[slot.seq] = (f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
+                if proposal or slot.mode == "ngram":
+                    continue
+            if self.draft is not None and slot.mode in ("draft", "auto"):
+                k = self._choose(slot, slot.spec.accept_draft, room, self.costs.draft_step)
+                if k:
+                    context = slot.tokens + [slot.pending]
+                    jobs.append(DraftJob(slot.seq, context, k, self._picker(slot)))
+        if jobs:
+            self.draft.draft(jobs, self.spec.draft_p_min, self.costs.observe_draft)
+            for job in jobs:
+                plans[job.seq] = ("draft", job.drafts, job.qs)
+        return plans
+
+    def _choose(self, slot: _Slot, acceptance: Acceptance, room: int, draft_cost: float) -> int:
+        if room <= 0:
+            return 0
+        k_min = min(self.spec.draft_min, room)
+        if not self.spec.adaptive:
+            return room
+        k = choose_k(acceptance, self.costs, k_max=room, k_min=k_min, draft_cost=draft_cost)
+        if k == 0 and slot.spec.should_probe():
+            k = max(1, k_min)
+        return k
+
+    def _picker(self, slot: _Slot):
+        sampler = slot.sampler
+        need_top = self.spec.draft_p_min > 0.0
+
+        def pick(logits, drafts: list[int]) -> tuple[int, Distribution, float]:
+            if sampler.params.greedy:
+                q = sampler.distribution(logits, drafts)
+                return int(q.ids[0]), q, top_probability(logits) if need_top else 1.0
+            q = sampler.distribution(logits, drafts)
+            return sampler.draw(q), q, float(q.probs.max())
+
+        return pick
+
+    def _advance(self, slot: _Slot, row0: int, kind: str, drafts: list[int], qs: list[Distribution]) -> None:
+        """Verify the slot's drafts against the target's logits, keep the accepted prefix
+        in the KV cache (roll back the rest), and emit the new tokens."""
+        t0 = time.perf_counter()
+        sampler = slot.sampler
+
+        def target(i: int) -> Distribution:
+            return sampler.distribution(self.ctx.logits(row0 + i), drafts[:i])
+
+        accepted, nxt = verify(drafts, qs, target, sampler.rng, sampler.draw)
+        n = len(slot.tokens)
+        if accepted < len(drafts):
+            self.ctx.seq_rm(slot.seq, n + 1 + accepted, -1)
+        slot.tokens.append(slot.pending)
+        slot.tokens.extend(drafts[:accepted])
+        slot.pending = None
+        if slot.spec is not None:
+            if kind.startswith("ngram"):
+                slot.spec.record("ngram", len(drafts), accepted, int(kind[5:]))
+            else:
+                slot.spec.record(kind, len(drafts), accepted)
+            slot.spec.sample_s += time.perf_counter() - t0
+        out = drafts[:accepted] + [nxt]
+        for i, token in enumerate(out):
+            if not self._emit(slot, token, i < accepted, row0 + i):
+                return
+        if len(slot.tokens) >= self.n_ctx:  # no room to decode the token just emitted
+            self._finish(slot, FinishReason.LENGTH)
+        else:
+            slot.pending = nxt
+
+    def _emit(self, slot: _Slot, token: int, from_draft: bool, row: int) -> bool:
+        """Hand one token to the request; False when that ended it."""
         job = slot.job
-        token, _ = slot.sampler.sample(logits)
         slot.sampler.accept(token)
-        now = time.perf_counter()
+        if slot.spec is not None and slot.spec.ngram is not None:
+            slot.spec.ngram.extend([token])
         if slot.generated == 0:
-            slot.t_first = now
+            slot.t_first = time.perf_counter()
         slot.generated += 1
         if self.model.is_eog(token):
             self._finish(slot, FinishReason.EOS)
-            return
+            return False
         text = slot.text.push(self.model.token_to_piece(token))
-        lp = logprob(logits, token) if job.request.logprobs else None
-        job.stream._q.put(TokenEvent(text, token, False, lp))
+        lp = logprob(self.ctx.logits(row), token) if job.request.logprobs else None
+        job.stream._q.put(TokenEvent(text, token, from_draft, lp))
         if slot.text.stopped:
             self._finish(slot, FinishReason.STOP)
         elif job.request.max_tokens is not None and slot.generated >= job.request.max_tokens:
             self._finish(slot, FinishReason.LENGTH)
-        elif len(slot.tokens) >= self.n_ctx:  # no room to decode the token just sampled
-            self._finish(slot, FinishReason.LENGTH)
         else:
-            slot.pending = token
+            return True
+        return False
+
+    def _calibrate(self) -> None:
+        """Time target decodes of 1, 2, 4, 8, 16 tokens (and one draft step) once, so the
+        first choice of draft length rests on this machine's numbers."""
+        free = [s.seq for s in self._slots if not s.active and not s.tokens]
+        if self._calibrated or not free:  # no free sequence: the costs are learnt online
+            return
+        self._calibrated = True
+        seq = free[0]
+        token = max(self.model.vocab.bos, 0)
+        for b in (1, 1, 2, 4, 8, 16):
+            if b > self._batch.capacity:
+                break
+            best = float("inf")
+            for _ in range(2):
+                self._batch.clear()
+                for i in range(b):
+                    self._batch.add(token, i, seq, True)
+                t0 = time.perf_counter()
+                self.ctx.decode(self._batch)
+                best = min(best, time.perf_counter() - t0)
+                self.ctx.seq_rm(seq, -1, -1)
+            self.costs._target[b] = best
+        if self.draft is not None:
+            self._batch.clear()
+            best = float("inf")
+            for _ in range(3):
+                job = DraftJob(seq, [token], 1, lambda logits, d: (token, one_hot(token), 1.0))
+                t0 = time.perf_counter()
+                self.draft.draft([job], 0.0, lambda s: None)
+                best = min(best, time.perf_counter() - t0)
+                self.draft.forget(seq)
+            self.costs.draft_step = best
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
         job = slot.job
@@ -316,6 +517,7 @@ class Engine:
                 timings=Timings(first - slot.t_start, now - first, max(0, slot.generated - 1)),
                 template=job.stream.template,
                 error=error,
+                spec=_spec_stats(slot.spec),
             )
         )
         slot.job = None
@@ -335,6 +537,15 @@ class Engine:
 _WAKE = object()
 
 
+def _spec_stats(spec: SlotSpec | None) -> SpecStats:
+    if spec is None:
+        return SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0)
+    return SpecStats(
+        spec.mode, spec.drafted, spec.accepted, spec.steps, dict(sorted(spec.lengths.items())),
+        spec.draft_s, spec.verify_s, spec.sample_s,
+    )
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -348,8 +559,8 @@ def _empty_result(job: _Job, reason: FinishReason) -> Result:
 
 
 def _validate(request: Request) -> None:
-    if request.prompt is None and request.messages is None:
-        raise InvalidRequest("A request needs a prompt or messages.")
+    if request.prompt is None and request.messages is None and request.prompt_tokens is None:
+        raise InvalidRequest("A request needs a prompt, messages or prompt tokens.")
     if request.prompt is not None and not request.prompt.strip():
         raise InvalidRequest("The prompt is empty.")
     if request.messages is not None and not any(m.content.strip() for m in request.messages):

@@ -1,0 +1,136 @@
+"""The draft model: a small model in its own context, one sequence per slot, that
+proposes tokens for every drafting slot in one batch per draft position."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.engine import backend
+from localspec.engine.sampling import Distribution
+from localspec.errors import DraftMismatch
+
+# (draft logits, drafts so far) -> (token, the distribution q it was drawn from, q's top probability)
+Pick = Callable[[np.ndarray, list[int]], tuple[int, Distribution, float]]
+
+
+@dataclass
+class DraftJob:
+    seq: int
+    context: list[int]  # the target's tokens for this slot, ending with its pending token
+    k: int
+    pick: Pick
+    drafts: list[int] = field(default_factory=list)
+    qs: list[Distribution] = field(default_factory=list)
+    done: bool = False
+
+
+class DraftModel:
+    def __init__(
+        self,
+        model: backend.Model,
+        *,
+        n_ctx: int,
+        n_slots: int,
+        n_batch: int,
+        n_threads: int | None,
+        kv_type: str,
+    ) -> None:
+        self.model = model
+        self.ctx = backend.Context(
+            model, n_ctx=n_ctx * n_slots, n_batch=n_batch, n_seq=n_slots,
+            n_threads=n_threads, kv_type=kv_type,
+        )
+        self._batch = backend.Batch(n_batch)
+        self._tokens: list[list[int]] = [[] for _ in range(n_slots)]  # what each seq's KV holds
+
+    def draft(self, jobs: list[DraftJob], p_min: float, on_step: Callable[[float], None]) -> None:
+        """Fill each job's drafts (up to its k; fewer when the draft's confidence drops
+        below ``p_min``). Catches each sequence up with its target context first."""
+        batch = self._batch
+        batch.clear()
+        waiting: list[tuple[DraftJob, int]] = []
+        for job in jobs:
+            have = self._tokens[job.seq]
+            keep = min(_common_prefix(have, job.context), len(job.context) - 1)
+            if keep < len(have):
+                self.ctx.seq_rm(job.seq, keep, -1)
+                del have[keep:]
+            for i in range(keep, len(job.context)):
+                if batch.n == batch.capacity:
+                    self._flush(waiting, p_min)
+                row = batch.add(job.context[i], i, job.seq, i == len(job.context) - 1)
+            have.extend(job.context[keep:])
+            waiting.append((job, row))
+        self._flush(waiting, p_min)
+        while True:
+            live = [j for j in jobs if not j.done]
+            if not live:
+                return
+            t0 = time.perf_counter()
+            for job in live:
+                pos = len(job.context) + len(job.drafts) - 1
+                waiting.append((job, batch.add(job.drafts[-1], pos, job.seq, True)))
+                self._tokens[job.seq].append(job.drafts[-1])
+            self._flush(waiting, p_min)
+            on_step(time.perf_counter() - t0)
+
+    def _flush(self, waiting: list[tuple[DraftJob, int]], p_min: float) -> None:
+        """Decode the batch, then draw the next draft of every job whose row was in it."""
+        if self._batch.n:
+            self.ctx.decode(self._batch)
+            self._batch.clear()
+        for job, row in waiting:
+            token, q, top = job.pick(self.ctx.logits(row), job.drafts)
+            if top < p_min:
+                job.done = True
+                continue
+            job.drafts.append(token)
+            job.qs.append(q)
+            job.done = len(job.drafts) >= job.k
+        waiting.clear()
+
+    def forget(self, seq: int) -> None:
+        self.ctx.seq_rm(seq, -1, -1)
+        self._tokens[seq].clear()
+
+    def close(self) -> None:
+        self._batch.close()
+        self.ctx.close()
+        self.model.close()
+
+
+def check_pair(target: backend.Model, draft: backend.Model) -> None:
+    """Refuse a draft whose tokenizer differs from the target's: its token ids would mean
+    other text. Compares type, size (llama.cpp tolerates up to 128 extra ids), BOS/EOS/EOT
+    and every shared token's text."""
+    t, d = target.vocab, draft.vocab
+    names = f"the draft {draft.path.name} and the target {target.path.name}"
+    problems = []
+    if t.vocab_type != d.vocab_type:
+        problems.append(f"tokenizer types differ ({d.vocab_type} vs {t.vocab_type})")
+    if abs(t.n_vocab - d.n_vocab) > 128:
+        problems.append(f"vocabulary sizes differ ({d.n_vocab} vs {t.n_vocab})")
+    for label, a, b in (("BOS", d.bos, t.bos), ("EOS", d.eos, t.eos), ("EOT", d.eot, t.eot)):
+        if a != b:
+            problems.append(f"{label} ids differ ({a} vs {b})")
+    if not problems:
+        for tok in range(min(t.n_vocab, d.n_vocab)):
+            if target.token_text(tok) != draft.token_text(tok):
+                problems.append(f"token {tok} differs ({draft.token_text(tok)!r} vs {target.token_text(tok)!r})")
+                break
+    if problems:
+        raise DraftMismatch(f"Cannot use {names} together: {problems[0]}.")
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i

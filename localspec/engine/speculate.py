@@ -1,0 +1,262 @@
+"""Speculative decoding: drafters, lossless verification, and the draft length that pays.
+
+A drafter proposes k tokens with the distribution q each was drawn from; the target
+decodes its pending token plus the k drafts in one batch, and ``verify`` keeps a prefix of
+them by exact rejection sampling, so the output has the target's own distribution (and
+under greedy, is the target's own argmax sequence). ``choose_k`` picks, before each step,
+the k that maximises expected tokens per second from measured costs and the request's
+acceptance so far, including k = 0 when nothing beats plain decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.engine.sampling import Distribution
+
+MODES = ("off", "ngram", "draft", "auto")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    mode: str = "off"  # off | ngram | draft | auto (n-gram when it matches, else the draft)
+    draft_max: int = 16
+    draft_min: int = 0  # when speculating, draft at least this many
+    draft_p_min: float = 0.0  # stop drafting when the draft's top probability falls below
+    ngram_min: int = 1
+    ngram_max: int = 4
+    adaptive: bool = True  # False: always draft draft_max (for measuring)
+
+
+# ------------------------------------------------------------------------- verification
+
+
+def residual(p: Distribution, q: Distribution) -> Distribution:
+    """norm(max(0, p - q)): where to sample from after rejecting a draft drawn from q."""
+    size = int(max(p.ids.max(), q.ids.max())) + 1
+    dense_q = np.zeros(size)
+    dense_q[q.ids] = q.probs
+    r = np.clip(p.probs - dense_q[p.ids], 0.0, None)
+    total = r.sum()
+    if total <= 0.0:  # p == q: rejection had probability 0; keep p
+        return p
+    return Distribution(p.ids, r / total)
+
+
+def verify(
+    drafts: list[int],
+    qs: list[Distribution],
+    target: Callable[[int], Distribution],
+    rng: np.random.Generator,
+    draw: Callable[[Distribution], int],
+) -> tuple[int, int]:
+    """Accept a prefix of ``drafts``; return (how many were accepted, the next token).
+
+    ``target(i)`` is the target's distribution after the pending token and drafts[:i].
+    Draft x_i is kept with probability min(1, p(x)/q(x)); on rejection the next token
+    comes from norm(max(0, p - q)); if all are kept, a bonus token comes from p. With
+    one-hot p and q (greedy) this is "accept while the target's argmax agrees"."""
+    for i, x in enumerate(drafts):
+        p = target(i)
+        px, qx = p.prob(x), qs[i].prob(x)
+        if px >= qx or rng.random() * qx < px:
+            continue
+        return i, draw(residual(p, qs[i]))
+    return len(drafts), draw(target(len(drafts)))
+
+
+# ------------------------------------------------------------------------- drafters
+
+
+class NgramIndex:
+    """Prompt lookup: propose what followed the latest earlier occurrence of the last n
+    tokens (n from ngram_max down to ngram_min). O(1) per token and per lookup."""
+
+    def __init__(self, tokens: list[int], n_min: int, n_max: int) -> None:
+        self.n_min, self.n_max = n_min, n_max
+        self.tokens: list[int] = []
+        self._tables: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(n_min, n_max + 1)
+        }
+        self.extend(tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        toks = self.tokens
+        for t in tokens:
+            end = len(toks)  # the n-grams ending here are followed by t
+            for n, table in self._tables.items():
+                if end >= n:
+                    table[tuple(toks[end - n : end])] = end
+            toks.append(t)
+
+    def propose(self, k: int) -> tuple[int, list[int]]:
+        """(n of the longest match, up to k tokens that followed it); (0, []) if none."""
+        toks, end = self.tokens, len(self.tokens)
+        for n in range(self.n_max, self.n_min - 1, -1):
+            if end < n:
+                continue
+            start = self._tables[n].get(tuple(toks[end - n :]))
+            if start is not None:
+                return n, toks[start : start + k]
+        return 0, []
+
+
+# ------------------------------------------------------------------------- the choice of k
+
+
+class Acceptance:
+    """Per-position acceptance rates alpha_i = P(draft i kept | drafts before it kept),
+    with forgetting, so the estimate follows the text as it changes. Each position's prior
+    is the estimate of the position before it: depths never tried inherit what was seen
+    just above them (in a copied stretch, every depth is kept), not a fixed guess."""
+
+    def __init__(self, prior: float, k_max: int, weight: float = 2.0, decay: float = 0.97) -> None:
+        self.prior, self.weight, self.decay = prior, weight, decay
+        self.tried = np.zeros(k_max + 1)
+        self.kept = np.zeros(k_max + 1)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        self.tried *= self.decay
+        self.kept *= self.decay
+        last = min(accepted + 1, drafted)  # positions that were actually judged
+        self.tried[1 : last + 1] += 1
+        self.kept[1 : accepted + 1] += 1
+
+    def rates(self, k: int) -> np.ndarray:
+        out = np.empty(k)
+        prev = self.prior
+        for i in range(k):
+            prev = (self.kept[i + 1] + self.weight * prev) / (self.tried[i + 1] + self.weight)
+            out[i] = prev
+        return out
+
+    def expected_tokens(self, k: int) -> np.ndarray:
+        """Tokens one step yields with 0..k drafts: the kept prefix plus one target token."""
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
+
+
+class Costs:
+    """What a target decode of b tokens and a draft step cost here, measured: calibrated
+    at start, then followed with an exponential moving average."""
+
+    def __init__(self) -> None:
+        self._target: dict[int, float] = {}
+        self.draft_step = 0.0  # seconds per draft decode (all slots together)
+        self.draft_per_token = 0.0
+
+    def observe_target(self, b: int, seconds: float) -> None:
+        old = self._target.get(b)
+        self._target[b] = seconds if old is None else 0.9 * old + 0.1 * seconds
+
+    def observe_draft(self, seconds: float) -> None:
+        self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
+
+    def target(self, b: int) -> float:
+        """Interpolated (or extrapolated) cost of a target decode of b tokens."""
+        if b in self._target:
+            return self._target[b]
+        known = sorted(self._target)
+        if not known:  # nothing measured yet: a cautious guess, roughly a CPU's shape
+            return 1.0 + 0.15 * (b - 1)
+        lo = [x for x in known if x < b]
+        hi = [x for x in known if x > b]
+        if lo and hi:
+            a, c = lo[-1], hi[0]
+            w = (b - a) / (c - a)
+            return (1 - w) * self._target[a] + w * self._target[c]
+        if hi:  # below the smallest measured size
+            return self._target[hi[0]]
+        if len(known) >= 2:
+            a, c = known[-2], known[-1]
+            slope = max(0.0, (self._target[c] - self._target[a]) / (c - a))
+            return self._target[c] + slope * (b - c)
+        return self._target[known[-1]] * b / known[-1]
+
+    def snapshot(self) -> dict[int, float]:
+        return dict(sorted(self._target.items()))
+
+
+def choose_k(
+    acceptance: Acceptance,
+    costs: Costs,
+    *,
+    k_max: int,
+    k_min: int = 0,
+    draft_cost: float = 0.0,
+) -> int:
+    """The draft length with the most expected tokens per second; 0 if none beats plain
+    decoding. ``draft_cost`` is the time to draft one token (0 for n-gram lookup)."""
+    best_k, best_rate = 0, 1.0 / costs.target(1)
+    expected = acceptance.expected_tokens(k_max)
+    for k in range(max(1, k_min), k_max + 1):
+        rate = expected[k] / (costs.target(1 + k) + k * draft_cost)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+@dataclass
+class SlotSpec:
+    """One request's speculation state: its n-gram index, acceptance, and stats."""
+
+    ngram: NgramIndex | None
+    accept_ngram: dict[int, Acceptance]  # by the length of the n-gram that matched
+    accept_draft: Acceptance
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    ngram_drafted: int = 0
+    model_drafted: int = 0
+    lengths: dict[int, int] = field(default_factory=dict)
+    idle_steps: int = 0  # steps since the last draft, for probing
+    probe_every: int = 16
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    sample_s: float = 0.0
+
+    def record(self, kind: str, drafted: int, accepted: int, order: int = 0) -> None:
+        self.steps += 1
+        self.lengths[drafted] = self.lengths.get(drafted, 0) + 1
+        if drafted == 0:
+            self.idle_steps += 1
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        if kind == "ngram":
+            self.ngram_drafted += drafted
+            self.accept_ngram[order].update(drafted, accepted)
+        else:
+            self.model_drafted += drafted
+            self.accept_draft.update(drafted, accepted)
+        if self.idle_steps >= self.probe_every:  # this was a probe
+            self.probe_every = self.probe_every * 2 if accepted == 0 else 16
+            self.probe_every = min(self.probe_every, 256)
+        self.idle_steps = 0
+
+    @property
+    def mode(self) -> str:
+        kinds = [n for n, c in (("ngram", self.ngram_drafted), ("draft", self.model_drafted)) if c]
+        return "+".join(kinds) if kinds else "off"
+
+    def should_probe(self) -> bool:
+        return self.idle_steps >= self.probe_every
+
+
+class Timer:
+    """A tiny stopwatch: ``with timer: ...`` adds the elapsed seconds to ``timer.total``."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def __enter__(self) -> Timer:
+        self._t = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.total += time.perf_counter() - self._t

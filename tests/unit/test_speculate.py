@@ -1,0 +1,107 @@
+"""Verification, n-gram lookup and the choice of draft length, on synthetic numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from localspec.engine.sampling import Distribution, Sampler, one_hot
+from localspec.engine.speculate import Acceptance, Costs, NgramIndex, choose_k, residual, verify
+from localspec.types import SamplingParams
+
+
+def dist(probs: dict[int, float]) -> Distribution:
+    ids = np.array(list(probs), dtype=np.int64)
+    p = np.array(list(probs.values()))
+    return Distribution(ids, p / p.sum())
+
+
+def test_residual_is_the_normalised_positive_part_of_p_minus_q():
+    r = residual(dist({0: 0.5, 1: 0.3, 2: 0.2}), dist({0: 0.7, 1: 0.1, 2: 0.2}))
+    assert r.dense(3).tolist() == pytest.approx([0.0, 1.0, 0.0])
+
+
+def test_greedy_verification_keeps_drafts_while_the_argmax_agrees():
+    targets = [one_hot(5), one_hot(6), one_hot(9), one_hot(1)]
+    sampler = Sampler(SamplingParams(temperature=0.0))
+    n, nxt = verify([5, 6, 7], [one_hot(5), one_hot(6), one_hot(7)], targets.__getitem__, sampler.rng, sampler.draw)
+    assert (n, nxt) == (2, 9)
+    n, nxt = verify([5, 6, 9], [one_hot(5), one_hot(6), one_hot(9)], targets.__getitem__, sampler.rng, sampler.draw)
+    assert (n, nxt) == (3, 1)  # all kept, plus the bonus token
+
+
+@pytest.mark.parametrize("q", [{0: 0.6, 1: 0.3, 2: 0.1}, {2: 1.0}, {0: 0.1, 1: 0.1, 2: 0.8}])
+def test_rejection_sampling_gives_exactly_the_targets_distribution(q: dict[int, float]):
+    """Draw x ~ q, verify against p: the first emitted token must be distributed as p."""
+    p = dist({0: 0.2, 1: 0.5, 2: 0.3})
+    qd = dist(q)
+    sampler = Sampler(SamplingParams(temperature=1.0, seed=0))
+    counts = np.zeros(3)
+    n = 30000
+    for _ in range(n):
+        x = sampler.draw(qd)
+        kept, nxt = verify([x], [qd], lambda i: p if i == 0 else one_hot(0), sampler.rng, sampler.draw)
+        counts[x if kept else nxt] += 1
+    expected = p.dense(3) * n
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 13.8  # 2 degrees of freedom, false alarm rate 0.001
+
+
+def test_ngram_proposes_what_followed_the_latest_earlier_match():
+    idx = NgramIndex([1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 1, 2], n_min=1, n_max=3)
+    assert idx.propose(3) == (2, [3, 5, 7])  # "1 2" last seen before "3 5 7"
+    idx.extend([8])
+    assert idx.propose(4) == (0, [])
+    idx.extend([2])
+    assert idx.propose(2) == (1, [8, 2])  # only the 1-gram "2" matches, latest first
+
+
+def test_ngram_never_proposes_from_the_current_position():
+    idx = NgramIndex([4, 4], n_min=1, n_max=2)
+    assert idx.propose(5) == (1, [4])  # "4" at 0 was followed by "4"; nothing beyond the end
+
+
+def test_acceptance_learns_and_untried_depths_inherit():
+    acc = Acceptance(prior=0.5, k_max=8)
+    for _ in range(30):
+        acc.update(drafted=2, accepted=2)
+    rates = acc.rates(8)
+    assert rates[0] > 0.9 and rates[1] > 0.9
+    assert rates[7] > 0.85  # depth 8 was never tried: it inherits depth 2's rate
+    for _ in range(30):
+        acc.update(drafted=4, accepted=0)
+    assert acc.rates(1)[0] < 0.35  # and forgets what no longer holds
+
+
+def costs_from(table: dict[int, float]) -> Costs:
+    c = Costs()
+    for b, t in table.items():
+        c.observe_target(b, t)
+    return c
+
+
+def test_costs_interpolate_and_extrapolate():
+    c = costs_from({1: 1.0, 2: 1.2, 4: 1.4, 8: 2.4, 16: 2.9})
+    assert c.target(3) == pytest.approx(1.3)
+    assert c.target(12) == pytest.approx(2.65)
+    assert c.target(24) > 2.9
+
+
+def test_no_speculation_when_the_draft_costs_too_much():
+    costs = costs_from({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.4, 16: 2.9})
+    acc = Acceptance(prior=0.6, k_max=16)
+    assert choose_k(acc, costs, k_max=16, draft_cost=0.9) == 0
+
+
+def test_long_drafts_when_everything_is_accepted_and_verifying_is_cheap():
+    costs = costs_from({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4})
+    acc = Acceptance(prior=0.5, k_max=16)
+    for _ in range(50):
+        acc.update(drafted=8, accepted=8)
+    assert choose_k(acc, costs, k_max=15) >= 8
+
+
+def test_draft_min_bounds_the_choice():
+    costs = costs_from({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4})
+    acc = Acceptance(prior=0.9, k_max=16)
+    assert choose_k(acc, costs, k_max=2, k_min=2) == 2
