@@ -60,3 +60,46 @@ def run_app(app: typer.Typer) -> int:
             traceback.print_exc()
         terminal.error(f"internal error: {exc!r} (run with --verbose for the traceback).")
         return EXIT_ERROR
+
+
+# ---------------------------------------------------------------- shared options
+
+SPEC_HELP = (
+    "Speculative decoding: auto (n-gram lookup, and the draft model where n-grams find "
+    "nothing), ngram, draft, or off. It turns itself off whenever it would not pay."
+)
+
+
+def spec_options():
+    """The speculation options that run and bench share, as Typer parameter defaults."""
+    from localspec.engine.speculate import SpecConfig
+
+    d = SpecConfig()
+    return dict(
+        spec=typer.Option("auto", "--spec", help=SPEC_HELP, case_sensitive=False),
+        draft=typer.Option(None, "--draft", help="A draft model (.gguf) with the target's tokenizer."),
+        draft_max=typer.Option(d.draft_max, "--draft-max", min=1, max=64, help="Draft at most this many tokens a step."),
+        draft_min=typer.Option(d.draft_min, "--draft-min", min=0, max=64, help="When drafting, draft at least this many."),
+        draft_p_min=typer.Option(
+            d.draft_p_min, "--draft-p-min", min=0.0, max=1.0,
+            help="Stop drafting when the draft model's top probability falls below this.",
+        ),
+        ngram_min=typer.Option(d.ngram_min, "--ngram-min", min=1, max=16, help="Shortest n-gram to look up."),
+        ngram_max=typer.Option(d.ngram_max, "--ngram-max", min=1, max=16, help="Longest n-gram to look up."),
+    )
+
+
+def spec_config(spec: str, draft_max: int, draft_min: int, draft_p_min: float, ngram_min: int, ngram_max: int):
+    from localspec.engine.speculate import MODES, SpecConfig
+
+    mode = spec.lower()
+    if mode not in MODES:
+        raise typer.BadParameter(f"use one of {', '.join(MODES)}", param_hint="--spec")
+    if ngram_min > ngram_max:
+        raise typer.BadParameter("must not exceed --ngram-max", param_hint="--ngram-min")
+    if draft_min > draft_max:
+        raise typer.BadParameter("must not exceed --draft-max", param_hint="--draft-min")
+    return SpecConfig(
+        mode=mode, draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min,
+        ngram_min=ngram_min, ngram_max=ngram_max,
+    )

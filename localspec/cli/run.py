@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from localspec.cli._common import EXIT_INTERRUPTED, user_errors
+from localspec.cli._common import EXIT_INTERRUPTED, spec_config, spec_options, user_errors
 from localspec.errors import InvalidRequest, LocalspecError
 from localspec.outputs import terminal
 from localspec.outputs.records import result_record
@@ -23,6 +23,7 @@ EPILOG = (
 )
 
 _D = SamplingParams()
+_S = spec_options()
 
 
 def _read_prompt(argument: str | None, file: Path | None) -> str:
@@ -95,6 +96,16 @@ def run(
         None, "--ctx-size", "-c", min=16, help="Context length in tokens. Default: the model's, at most 4096."
     ),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads. Default: all cores."),
+    spec: str = _S["spec"],
+    draft: Optional[str] = _S["draft"],
+    draft_max: int = _S["draft_max"],
+    draft_min: int = _S["draft_min"],
+    draft_p_min: float = _S["draft_p_min"],
+    ngram_min: int = _S["ngram_min"],
+    ngram_max: int = _S["ngram_max"],
+    show_draft: bool = typer.Option(
+        False, "--show-draft", help="Colour the tokens that came from accepted drafts (on a terminal)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     stats: bool = typer.Option(False, "--stats", help="Print speed and token counts on stderr."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log and details."),
@@ -104,10 +115,12 @@ def run(
 
     if raw and system:
         raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
+    speculation = spec_config(spec, draft_max, draft_min, draft_p_min, ngram_min, ngram_max)
     model, prompt = _split_model_and_prompt(model, prompt)
     text = _read_prompt(prompt, file)
     backend.set_verbose(verbose)
     path = resolve_model(model)
+    draft_path = resolve_model(draft) if draft else None
     sampling = SamplingParams(
         temperature=temperature,
         top_k=top_k,
@@ -124,7 +137,11 @@ def run(
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
         request = Request(messages=messages, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
 
-    engine = Engine(path, EngineConfig(n_ctx=ctx_size, n_threads=threads))
+    engine = Engine(
+        path,
+        EngineConfig(n_ctx=ctx_size, n_threads=threads, draft_model=draft_path, spec=speculation),
+    )
+    colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
     try:
         stream = engine.submit(request)
         if verbose:
@@ -136,7 +153,7 @@ def run(
         try:
             for event in stream:
                 if not as_json:
-                    terminal.write_text(event.text)
+                    terminal.write_text(event.text, highlight=colour and event.from_draft)
         except KeyboardInterrupt:
             interrupted = True
             stream.cancel()
@@ -163,3 +180,5 @@ def _finish(result: Result, path: Path, load_s: float, *, as_json: bool, stats: 
     sys.stdout.flush()
     if stats:
         terminal.note(terminal.stats_line(result, load_s))
+        if result.spec is not None:
+            terminal.note(terminal.spec_line(result.spec))

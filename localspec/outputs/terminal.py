@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
 
-from localspec.types import Result
+from localspec.types import Result, SpecStats
 
 # stderr carries everything but the answer, so that `localspec run ... | next-tool` gets
 # only the answer on its stdin. Rich honours NO_COLOR and drops styling off a terminal.
@@ -34,8 +35,28 @@ def stats_line(result: Result, load_s: float) -> str:
     )
 
 
-def write_text(text: str) -> None:
+DRAFT_STYLE = "\x1b[36m"  # cyan: tokens that an accepted draft supplied
+RESET = "\x1b[0m"
+
+
+def colour_allowed() -> bool:
+    return "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def write_text(text: str, *, highlight: bool = False) -> None:
     """Stream answer text to stdout as it comes."""
     if text:
-        sys.stdout.write(text)
+        sys.stdout.write(f"{DRAFT_STYLE}{text}{RESET}" if highlight else text)
         sys.stdout.flush()
+
+
+def spec_line(spec: SpecStats) -> str:
+    if spec.mode == "off":
+        return f"speculation: off ({spec.steps} steps without a draft that would pay)" if spec.steps else "speculation: off"
+    lengths = " ".join(f"{k}:{n}" for k, n in spec.draft_lengths.items())
+    return (
+        f"speculation {spec.mode}: drafted {spec.drafted}, accepted {spec.accepted} "
+        f"({spec.acceptance_rate:.0%}), {spec.mean_accepted_per_step:.2f} accepted per step over "
+        f"{spec.steps} steps · draft lengths {lengths} · time draft {spec.draft_s:.2f} s, "
+        f"verify {spec.verify_s:.2f} s, sampling {spec.sample_s:.2f} s"
+    )
