@@ -61,6 +61,7 @@ class Request:
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False  # fill TokenEvent.logprob (costs a softmax per token)
     spec: str | None = None  # speculation for this request: off|ngram|draft|auto; None: the engine's
+    margins: bool = False  # fill TokenEvent.margin (top-1 minus top-2 logit), for diagnosis
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TokenEvent:
     token_id: int
     from_draft: bool = False
     logprob: float | None = None
+    margin: float | None = None  # the target's top-1 minus top-2 logit where it chose this token
 
 
 @dataclass(frozen=True)

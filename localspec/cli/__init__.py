@@ -7,6 +7,7 @@ import sys
 import typer
 
 from localspec import __version__
+from localspec.cli import bench as _bench
 from localspec.cli import run as _run
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ def _root(
 
 
 app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
+app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 
 
 def main() -> None:

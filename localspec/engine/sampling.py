@@ -122,6 +122,12 @@ def top_probability(logits: np.ndarray) -> float:
     return math.exp(float(logits.max()) - _logsumexp(logits))
 
 
+def top2_margin(logits: np.ndarray) -> float:
+    """How far the best logit leads the second: under ~0.1 a numeric wobble can flip it."""
+    top2 = np.partition(logits, -2)[-2:]
+    return float(top2[1] - top2[0])
+
+
 def logprob(logits: np.ndarray, token: int) -> float:
     """The model's own log-probability of ``token`` (before any transform)."""
     x = logits.astype(np.float64)

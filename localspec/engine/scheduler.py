@@ -16,8 +16,25 @@ from pathlib import Path
 
 from localspec.engine import backend, templates
 from localspec.engine.draft import DraftJob, DraftModel, check_pair
-from localspec.engine.sampling import Distribution, Sampler, logprob, one_hot, top_probability
-from localspec.engine.speculate import MODES, Acceptance, Costs, NgramIndex, SlotSpec, SpecConfig, choose_k, verify
+from localspec.engine.sampling import (
+    Distribution,
+    Sampler,
+    logprob,
+    one_hot,
+    top2_margin,
+    top_probability,
+)
+from localspec.engine.speculate import (
+    MODES,
+    Acceptance,
+    Costs,
+    NgramIndex,
+    SlotSpec,
+    SpecConfig,
+    choose_k,
+    ngram_prior,
+    verify,
+)
 from localspec.engine.stream import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, PromptTooLong
 from localspec.types import FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
@@ -221,6 +238,12 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def set_spec(self, spec: SpecConfig) -> None:
+        """Change speculation settings (draft lengths, n-gram sizes) for later steps."""
+        if spec.mode not in MODES or (spec.mode == "draft" and self.draft is None):
+            raise InvalidRequest(f"Speculation mode {spec.mode!r} is not available here.")
+        self.spec = spec
+
     def _wake(self) -> None:
         self._inbox.put(_WAKE)
 
@@ -298,8 +321,9 @@ class Engine:
                 ngram=NgramIndex(job.prompt, self.spec.ngram_min, self.spec.ngram_max)
                 if slot.mode in ("ngram", "auto") else None,
                 accept_ngram={
-                    n: Acceptance(prior=0.5, k_max=k)
+                    (n, streak): Acceptance(prior=ngram_prior(n, streak), k_max=k)
                     for n in range(self.spec.ngram_min, self.spec.ngram_max + 1)
+                    for streak in (False, True)
                 },
                 accept_draft=Acceptance(prior=0.7, k_max=k),
             )
@@ -371,7 +395,8 @@ class Engine:
             if slot.spec.ngram is not None:
                 order, proposal = slot.spec.ngram.propose(room)
                 if proposal:
-                    k = self._choose(slot, slot.spec.accept_ngram[order], len(proposal), 0.0)
+                    acceptance = slot.spec.accept_ngram[order, slot.spec.streak]
+                    k = self._choose(slot, acceptance, len(proposal), 0.0)
                     if k:
                         plans[slot.seq] = (f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
                 if proposal or slot.mode == "ngram":
@@ -456,7 +481,8 @@ class Engine:
             return False
         text = slot.text.push(self.model.token_to_piece(token))
         lp = logprob(self.ctx.logits(row), token) if job.request.logprobs else None
-        job.stream._q.put(TokenEvent(text, token, from_draft, lp))
+        margin = top2_margin(self.ctx.logits(row)) if job.request.margins else None
+        job.stream._q.put(TokenEvent(text, token, from_draft, lp, margin))
         if slot.text.stopped:
             self._finish(slot, FinishReason.STOP)
         elif job.request.max_tokens is not None and slot.generated >= job.request.max_tokens:
@@ -466,7 +492,7 @@ class Engine:
         return False
 
     def _calibrate(self) -> None:
-        """Time target decodes of 1, 2, 4, 8, 16 tokens (and one draft step) once, so the
+        """Time target decodes of 1, 2, 3, 4, 8, 16 tokens (and one draft step) once, so the
         first choice of draft length rests on this machine's numbers."""
         free = [s.seq for s in self._slots if not s.active and not s.tokens]
         if self._calibrated or not free:  # no free sequence: the costs are learnt online
@@ -474,7 +500,7 @@ class Engine:
         self._calibrated = True
         seq = free[0]
         token = max(self.model.vocab.bos, 0)
-        for b in (1, 1, 2, 4, 8, 16):
+        for b in (1, 1, 2, 3, 4, 8, 16):
             if b > self._batch.capacity:
                 break
             best = float("inf")

@@ -141,6 +141,15 @@ class Acceptance:
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
 
 
+def ngram_prior(n: int, streak: bool) -> float:
+    """Acceptance expected of a draft that an n-gram match proposes, before any evidence:
+    a single matching token says little, four say much more, and a draft right after a
+    draft that was kept whole is likely to be kept too."""
+    if streak:
+        return 0.8
+    return {1: 0.2, 2: 0.35, 3: 0.5}.get(n, 0.6)
+
+
 class Costs:
     """What a target decode of b tokens and a draft step cost here, measured: calibrated
     at start, then followed with an exponential moving average."""
@@ -206,8 +215,11 @@ class SlotSpec:
     """One request's speculation state: its n-gram index, acceptance, and stats."""
 
     ngram: NgramIndex | None
-    accept_ngram: dict[int, Acceptance]  # by the length of the n-gram that matched
+    # n-gram acceptance by (length of the match, was the last n-gram draft kept whole):
+    # inside a copied stretch one kept draft predicts the next; after an edit it does not
+    accept_ngram: dict[tuple[int, bool], Acceptance]
     accept_draft: Acceptance
+    streak: bool = False
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
@@ -230,7 +242,8 @@ class SlotSpec:
         self.accepted += accepted
         if kind == "ngram":
             self.ngram_drafted += drafted
-            self.accept_ngram[order].update(drafted, accepted)
+            self.accept_ngram[order, self.streak].update(drafted, accepted)
+            self.streak = accepted == drafted
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)

@@ -1,0 +1,133 @@
+"""``localspec bench``: plain against speculative decoding on one model, as ratios."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from localspec.cli._common import spec_config, spec_options, user_errors
+from localspec.outputs import terminal
+
+HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
+EPILOG = (
+    "Examples:  localspec bench model.gguf  ·  localspec bench target.gguf --draft draft.gguf "
+    "--modes ngram,draft  ·  localspec bench model.gguf --sweep 4,8,16 --json > bench.json"
+)
+
+_S = spec_options()
+
+
+def _table(records, model: str) -> Table:
+    table = Table(title=f"localspec bench · {model}", title_style="bold")
+    table.add_column("prompt")
+    table.add_column("mode")
+    for col in ("k max", "tok/s", "vs plain", "accepted", "per step"):
+        table.add_column(col, justify="right")
+    table.add_column("k chosen: steps")
+    table.add_column("same output")
+    for r in records:
+        if r.mode == "off":
+            table.add_row(r.prompt, "plain", "", f"{r.decode_tokens_per_s:.1f}", "1.00x", "", "", "", "")
+            continue
+        top = sorted(r.draft_lengths.items(), key=lambda kv: -kv[1])[:3]
+        same = "yes" if r.identical else f"no, at {r.first_difference}" + (
+            f" (gap {r.plain_margin:.3f})" if r.plain_margin is not None else "")
+        ratio_style = "green" if r.ratio >= 1.0 else "red"
+        table.add_row(
+            r.prompt, r.ran if r.ran == r.mode else f"{r.mode}: {r.ran}", str(r.draft_max),
+            f"{r.decode_tokens_per_s:.1f}", f"[{ratio_style}]{r.ratio:.2f}x[/]",
+            f"{r.acceptance_rate:.0%}", f"{r.mean_accepted_per_step:.2f}",
+            " ".join(f"{k}:{n}" for k, n in top), same,
+        )
+    return table
+
+
+@user_errors
+def bench(
+    model: Optional[str] = typer.Argument(None, help="A .gguf file. Default: the embedded SmolLM2-135M."),
+    modes: Optional[str] = typer.Option(
+        None, "--modes", help="Comma-separated speculative modes to compare with plain "
+        "(ngram, draft, auto). Default: ngram, plus draft and auto with --draft."
+    ),
+    prompts_file: Optional[Path] = typer.Option(
+        None, "--prompts", help='Your own prompts, JSON Lines: {"name": ..., "kind": ..., "prompt": ...}.',
+        dir_okay=False,
+    ),
+    only: Optional[str] = typer.Option(None, "--only", help="Run only the built-in prompts whose name or kind contains this."),
+    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="New tokens per run."),
+    sweep: Optional[str] = typer.Option(
+        None, "--sweep", help="Try these --draft-max values (comma-separated) and say which is best."
+    ),
+    ctx_size: Optional[int] = typer.Option(4096, "--ctx-size", "-c", min=64, help="Context length."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads. Default: all cores."),
+    draft: Optional[str] = _S["draft"],
+    draft_max: int = _S["draft_max"],
+    draft_min: int = _S["draft_min"],
+    draft_p_min: float = _S["draft_p_min"],
+    ngram_min: int = _S["ngram_min"],
+    ngram_max: int = _S["ngram_max"],
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout (the table goes to stderr)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+) -> None:
+    from localspec import bench as lib
+    from localspec.engine import Engine, EngineConfig, backend
+    from localspec.resolve import resolve_model
+
+    mode_list = [m.strip().lower() for m in modes.split(",")] if modes else (
+        ["ngram", "draft", "auto"] if draft else ["ngram"])
+    for m in mode_list:
+        if m not in ("ngram", "draft", "auto"):
+            raise typer.BadParameter(f"{m!r}: use ngram, draft or auto", param_hint="--modes")
+        if m in ("draft",) and not draft:
+            raise typer.BadParameter("draft mode needs --draft MODEL", param_hint="--modes")
+    try:
+        sweep_values = [int(v) for v in sweep.split(",")] if sweep else None
+    except ValueError:
+        raise typer.BadParameter("expected numbers like 4,8,16", param_hint="--sweep") from None
+    if sweep_values and any(not 1 <= v <= 64 for v in sweep_values):
+        raise typer.BadParameter("values must be between 1 and 64", param_hint="--sweep")
+    speculation = spec_config(
+        "auto" if draft else "ngram", draft_max, draft_min, draft_p_min, ngram_min, ngram_max)
+    prompts = lib.load_prompts(prompts_file) if prompts_file else list(lib.SUITE)
+    if only:
+        prompts = [p for p in prompts if only in p.name or only in p.kind]
+        if not prompts:
+            raise typer.BadParameter(f"no prompt's name or kind contains {only!r}", param_hint="--only")
+    backend.set_verbose(verbose)
+    path = resolve_model(model)
+    draft_path = resolve_model(draft) if draft else None
+    engine = Engine(path, EngineConfig(
+        n_ctx=ctx_size, n_threads=threads, draft_model=draft_path, spec=speculation))
+    try:
+        terminal.note(
+            f"{path.name}" + (f" with draft {draft_path.name}" if draft_path else "")
+            + f" · {len(prompts)} prompts · modes plain, {', '.join(mode_list)} · {max_tokens} tokens, greedy"
+        )
+        records = lib.run(
+            engine, prompts, mode_list, max_tokens=max_tokens, sweep=sweep_values,
+            on_record=lambda r: terminal.note(
+                f"  {r.prompt:<14} {r.mode:<6} {r.decode_tokens_per_s:6.1f} tok/s  {r.ratio:.2f}x"),
+        )
+        costs = {b: round(t * 1e3, 2) for b, t in engine.costs.snapshot().items()}
+        draft_ms = round(engine.costs.draft_step * 1e3, 2)
+    finally:
+        engine.close()
+    terminal.stderr.print(_table(records, path.name), width=max(terminal.stderr.width, 120))
+    summary = lib.summary(records)
+    for key, s in summary.items():
+        terminal.note(f"{key}: mean {s['mean_ratio']:.2f}x, min {s['min_ratio']:.2f}x, max {s['max_ratio']:.2f}x")
+    if sweep_values:
+        for mode, dm in lib.best_draft_max(records).items():
+            terminal.note(f"best --draft-max for {mode}: {dm}")
+    terminal.note(f"measured target decode cost (ms by batch size): {costs}; draft step {draft_ms} ms")
+    if as_json:
+        data = lib.to_json(
+            records, model=str(path), draft=str(draft_path) if draft_path else None,
+            max_tokens=max_tokens, target_cost_ms=costs, draft_step_ms=draft_ms,
+        )
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
