@@ -93,6 +93,10 @@ class DraftModel:
             job.done = len(job.drafts) >= job.k
         waiting.clear()
 
+    def cached(self, seq: int, context: list[int]) -> int:
+        """How many leading tokens of ``context`` the sequence's KV cache already holds."""
+        return _common_prefix(self._tokens[seq], context)
+
     def forget(self, seq: int) -> None:
         self.ctx.seq_rm(seq, -1, -1)
         self._tokens[seq].clear()

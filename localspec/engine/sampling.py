@@ -135,13 +135,21 @@ def logprob(logits: np.ndarray, token: int) -> float:
 
 
 class Sampler:
-    """Per-request sampling state: the seeded generator and the penalty history."""
+    """Per-request sampling state: the seed, the penalty history, the output position.
+
+    The token at output position i is drawn by inverse CDF with a uniform that depends on
+    (seed, i) alone. So a seed gives the same text whether or not speculation ran and
+    however many tokens were drafted at each step: verifying a one-hot draft (n-gram, or a
+    greedy draft) is "draw as plain sampling would; keep the draft if it is that token"."""
 
     def __init__(self, params: SamplingParams, history: list[int] | None = None) -> None:
         self.params = params
         self.seed = params.seed if params.seed is not None else int(np.random.SeedSequence().entropy % (2**32))
-        self.rng = np.random.default_rng(self.seed)
+        # Two independent streams: a leading 1 or 2 keeps them apart (numpy seeds (s, 0)
+        # and s identically, so the draft's choices would otherwise echo position 0's).
+        self.rng = np.random.default_rng((2, self.seed))  # the draft model's own choices
         self.history: list[int] = list(history or [])
+        self.position = 0  # output tokens so far
 
     def distribution(self, logits: np.ndarray, extra: list[int] | None = None) -> Distribution:
         """The distribution after the accepted history plus ``extra`` tokens (drafts
@@ -150,11 +158,22 @@ class Sampler:
             return distribution(logits, self.params)
         return distribution(logits, self.params, self.history + extra if extra else self.history)
 
-    def draw(self, dist: Distribution) -> int:
+    def uniform(self, offset: int = 0) -> float:
+        """The uniform for output position ``position + offset``."""
+        return float(np.random.default_rng((1, self.seed, self.position + offset)).random())
+
+    def draw(self, dist: Distribution, offset: int = 0) -> int:
+        """Draw the token at output position ``position + offset`` from ``dist``."""
         if dist.ids.size == 1:
             return int(dist.ids[0])
-        u = self.rng.random()
-        i = int(np.searchsorted(np.cumsum(dist.probs), u, side="right"))
+        i = int(np.searchsorted(np.cumsum(dist.probs), self.uniform(offset), side="right"))
+        return int(dist.ids[min(i, dist.ids.size - 1)])
+
+    def draw_free(self, dist: Distribution) -> int:
+        """Draw from the request's running generator (the draft model's proposals)."""
+        if dist.ids.size == 1:
+            return int(dist.ids[0])
+        i = int(np.searchsorted(np.cumsum(dist.probs), self.rng.random(), side="right"))
         return int(dist.ids[min(i, dist.ids.size - 1)])
 
     def sample(self, logits: np.ndarray) -> tuple[int, Distribution]:
@@ -163,6 +182,7 @@ class Sampler:
         return self.draw(dist), dist
 
     def accept(self, token: int) -> None:
-        """Record a token that became part of the output (for penalties)."""
+        """Record a token that became part of the output (position, penalties)."""
+        self.position += 1
         if self.params.penalized:
             self.history.append(token)

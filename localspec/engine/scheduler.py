@@ -32,6 +32,7 @@ from localspec.engine.speculate import (
     SlotSpec,
     SpecConfig,
     choose_k,
+    draft_can_pay,
     ngram_prior,
     verify,
 )
@@ -40,6 +41,10 @@ from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, Promp
 from localspec.types import FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
 
 DEFAULT_CTX = 4096
+PROBE_CATCH_UP_MAX = 32  # tokens the draft model may have to catch up for a probe
+# A draft phase costs more than its decodes: catch-up of the target's new tokens and the
+# decode whose token the confidence cut discards (measured here: about 1.3x).
+DRAFT_OVERHEAD = 1.3
 
 
 @dataclass(frozen=True)
@@ -325,7 +330,7 @@ class Engine:
                     for n in range(self.spec.ngram_min, self.spec.ngram_max + 1)
                     for streak in (False, True)
                 },
-                accept_draft=Acceptance(prior=0.7, k_max=k),
+                accept_draft=Acceptance(prior=0.9, k_max=k),
             )
         slot.t_start = time.perf_counter()
 
@@ -401,25 +406,39 @@ class Engine:
                         plans[slot.seq] = (f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
                 if proposal or slot.mode == "ngram":
                     continue
-            if self.draft is not None and slot.mode in ("draft", "auto"):
-                k = self._choose(slot, slot.spec.accept_draft, room, self.costs.draft_step)
+            if self.draft is not None and slot.mode in ("draft", "auto") and self._draft_pays():
+                gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
+                k = self._choose(slot, slot.spec.accept_draft, room, self.costs.draft_token, gap)
                 if k:
                     context = slot.tokens + [slot.pending]
                     jobs.append(DraftJob(slot.seq, context, k, self._picker(slot)))
         if jobs:
+            t0 = time.perf_counter()
             self.draft.draft(jobs, self.spec.draft_p_min, self.costs.observe_draft)
+            self.costs.observe_drafting(time.perf_counter() - t0, sum(len(j.drafts) for j in jobs))
             for job in jobs:
                 plans[job.seq] = ("draft", job.drafts, job.qs)
         return plans
 
-    def _choose(self, slot: _Slot, acceptance: Acceptance, room: int, draft_cost: float) -> int:
+    def _draft_pays(self) -> bool:
+        """Whether the draft model is worth trying on this machine (see draft_can_pay);
+        --draft-min or a fixed draft length (adaptive off) forces it."""
+        if self.spec.draft_min > 0 or not self.spec.adaptive:
+            return True
+        return draft_can_pay(self.costs, self.spec.draft_max)
+
+    def _choose(
+        self, slot: _Slot, acceptance: Acceptance, room: int, draft_cost: float, catch_up: int = 0
+    ) -> int:
         if room <= 0:
             return 0
         k_min = min(self.spec.draft_min, room)
         if not self.spec.adaptive:
             return room
         k = choose_k(acceptance, self.costs, k_max=room, k_min=k_min, draft_cost=draft_cost)
-        if k == 0 and slot.spec.should_probe():
+        # A probe of the draft model first feeds it every token it missed (a prefill that
+        # costs several target steps after a long pause): probe only while that is short.
+        if k == 0 and catch_up <= PROBE_CATCH_UP_MAX and slot.spec.should_probe():
             k = max(1, k_min)
         return k
 
@@ -432,7 +451,7 @@ class Engine:
                 q = sampler.distribution(logits, drafts)
                 return int(q.ids[0]), q, top_probability(logits) if need_top else 1.0
             q = sampler.distribution(logits, drafts)
-            return sampler.draw(q), q, float(q.probs.max())
+            return sampler.draw_free(q), q, float(q.probs.max())
 
         return pick
 
@@ -522,7 +541,7 @@ class Engine:
                 self.draft.draft([job], 0.0, lambda s: None)
                 best = min(best, time.perf_counter() - t0)
                 self.draft.forget(seq)
-            self.costs.draft_step = best
+            self.costs.draft_step = best * DRAFT_OVERHEAD
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
         job = slot.job

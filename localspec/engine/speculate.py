@@ -26,7 +26,7 @@ class SpecConfig:
     mode: str = "off"  # off | ngram | draft | auto (n-gram when it matches, else the draft)
     draft_max: int = 16
     draft_min: int = 0  # when speculating, draft at least this many
-    draft_p_min: float = 0.0  # stop drafting when the draft's top probability falls below
+    draft_p_min: float = 0.75  # stop drafting when the draft's top probability falls below
     ngram_min: int = 1
     ngram_max: int = 4
     adaptive: bool = True  # False: always draft draft_max (for measuring)
@@ -52,21 +52,29 @@ def verify(
     qs: list[Distribution],
     target: Callable[[int], Distribution],
     rng: np.random.Generator,
-    draw: Callable[[Distribution], int],
+    draw: Callable[[Distribution, int], int],
 ) -> tuple[int, int]:
     """Accept a prefix of ``drafts``; return (how many were accepted, the next token).
 
-    ``target(i)`` is the target's distribution after the pending token and drafts[:i].
-    Draft x_i is kept with probability min(1, p(x)/q(x)); on rejection the next token
-    comes from norm(max(0, p - q)); if all are kept, a bonus token comes from p. With
-    one-hot p and q (greedy) this is "accept while the target's argmax agrees"."""
+    ``target(i)`` is the target's distribution after the pending token and drafts[:i], and
+    ``draw(dist, i)`` draws output position i as plain sampling would. Draft x_i is kept
+    with probability min(1, p(x)/q(x)); on rejection the next token comes from
+    norm(max(0, p - q)); if all are kept, a bonus token comes from p. For a one-hot q
+    (n-gram, greedy draft) that rule is exactly "draw y_i as plain sampling would and keep
+    x_i if y_i == x_i", which is how it runs: same seed, same text as plain decoding."""
     for i, x in enumerate(drafts):
         p = target(i)
-        px, qx = p.prob(x), qs[i].prob(x)
+        q = qs[i]
+        if q.ids.size == 1:
+            y = draw(p, i)
+            if y == x:
+                continue
+            return i, y
+        px, qx = p.prob(x), q.prob(x)
         if px >= qx or rng.random() * qx < px:
             continue
-        return i, draw(residual(p, qs[i]))
-    return len(drafts), draw(target(len(drafts)))
+        return i, draw(residual(p, q), i)
+    return len(drafts), draw(target(len(drafts)), len(drafts))
 
 
 # ------------------------------------------------------------------------- drafters
@@ -118,6 +126,7 @@ class Acceptance:
         self.prior, self.weight, self.decay = prior, weight, decay
         self.tried = np.zeros(k_max + 1)
         self.kept = np.zeros(k_max + 1)
+        self.deepest = 0  # the deepest position ever judged
 
     def update(self, drafted: int, accepted: int) -> None:
         if drafted == 0:
@@ -125,6 +134,7 @@ class Acceptance:
         self.tried *= self.decay
         self.kept *= self.decay
         last = min(accepted + 1, drafted)  # positions that were actually judged
+        self.deepest = max(self.deepest, last)
         self.tried[1 : last + 1] += 1
         self.kept[1 : accepted + 1] += 1
 
@@ -166,6 +176,19 @@ class Costs:
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
 
+    def observe_drafting(self, seconds: float, drafted: int) -> None:
+        """A whole draft phase: catch-up, every draft decode, and decodes whose token the
+        confidence cut (--draft-p-min) threw away. Its cost per drafted token is what a
+        draft really costs, and what the choice of k weighs."""
+        self._phase_s = getattr(self, "_phase_s", 0.0) * 0.9 + seconds
+        self._phase_n = getattr(self, "_phase_n", 0.0) * 0.9 + drafted
+        self.draft_per_token = self._phase_s / max(self._phase_n, 1.0)
+
+    @property
+    def draft_token(self) -> float:
+        """Seconds per drafted token: measured per phase once known, else one step."""
+        return max(self.draft_per_token, self.draft_step)
+
     def target(self, b: int) -> float:
         """Interpolated (or extrapolated) cost of a target decode of b tokens."""
         if b in self._target:
@@ -200,7 +223,12 @@ def choose_k(
     draft_cost: float = 0.0,
 ) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
-    decoding. ``draft_cost`` is the time to draft one token (0 for n-gram lookup)."""
+    decoding. ``draft_cost`` is the time to draft one token (0 for n-gram lookup). Depths
+    never judged are only estimates, so k grows at most to twice the deepest position seen
+    (a failed guess at k = 16 costs many plain steps)."""
+    k_max = min(k_max, max(4, 2 * acceptance.deepest))
+    if k_max < max(1, k_min):
+        return 0
     best_k, best_rate = 0, 1.0 / costs.target(1)
     expected = acceptance.expected_tokens(k_max)
     for k in range(max(1, k_min), k_max + 1):
@@ -208,6 +236,19 @@ def choose_k(
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k
+
+
+def draft_can_pay(costs: Costs, k_max: int, alpha: float = 0.95, margin: float = 1.02) -> bool:
+    """Could a draft model beat plain decoding here at all, even at a high acceptance?
+    Trying it costs a prefill of the whole context in the draft, so where even alpha = 0.95
+    would not win by ``margin`` (a draft step near a target step's cost, as on small CPUs
+    with a same-family pair), the draft model is never tried."""
+    plain = 1.0 / costs.target(1)
+    best = 0.0
+    for k in range(1, k_max + 1):
+        expected = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+        best = max(best, expected / (costs.target(k + 1) + k * costs.draft_token))
+    return best > plain * margin
 
 
 @dataclass
@@ -228,6 +269,7 @@ class SlotSpec:
     lengths: dict[int, int] = field(default_factory=dict)
     idle_steps: int = 0  # steps since the last draft, for probing
     probe_every: int = 16
+    probing: bool = False
     draft_s: float = 0.0
     verify_s: float = 0.0
     sample_s: float = 0.0
@@ -247,9 +289,11 @@ class SlotSpec:
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)
-        if self.idle_steps >= self.probe_every:  # this was a probe
-            self.probe_every = self.probe_every * 2 if accepted == 0 else 16
-            self.probe_every = min(self.probe_every, 256)
+        if self.probing:  # a probe that did not restart drafting: wait twice as long
+            self.probe_every = min(self.probe_every * 2, 256)
+            self.probing = False
+        else:
+            self.probe_every = 16
         self.idle_steps = 0
 
     @property
@@ -258,7 +302,10 @@ class SlotSpec:
         return "+".join(kinds) if kinds else "off"
 
     def should_probe(self) -> bool:
-        return self.idle_steps >= self.probe_every
+        """Draft once anyway after a while without drafts, so that the acceptance estimate
+        can notice that the text changed; each probe that changes nothing doubles the wait."""
+        self.probing = self.idle_steps >= self.probe_every
+        return self.probing
 
 
 class Timer:

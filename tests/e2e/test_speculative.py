@@ -17,6 +17,7 @@ PROMPTS = ["hello there world", "the cat sat on the mat", "in a galaxy far, far 
 
 
 def engine(target: Path, draft: Path | None = None, slots: int = 1, **spec) -> Engine:
+    spec.setdefault("draft_p_min", 0.0)  # the random tiny models are rarely confident
     return Engine(target, EngineConfig(n_ctx=512, n_slots=slots, draft_model=draft, spec=SpecConfig(**spec)))
 
 
@@ -142,6 +143,15 @@ def test_the_distribution_test_would_catch_a_lossy_verifier(sampled, tiny_model,
         lossy = _first_tokens(e, 700, "draft")
     chi2, dof = _chi2_two_sample([t[1] for t in plain], [t[1] for t in lossy])
     assert chi2 > _critical(dof)
+
+
+def test_a_seed_gives_the_same_sampled_text_with_and_without_ngram_drafts(tiny_model: Path):
+    s = SamplingParams(temperature=0.9, seed=21)
+    with engine(tiny_model, None, mode="ngram", adaptive=False, draft_max=4) as e:
+        plain = e.submit(Request(prompt="abc abc abc abc", sampling=s, max_tokens=120, spec="off"))
+        spec = e.submit(Request(prompt="abc abc abc abc", sampling=s, max_tokens=120, spec="ngram"))
+        assert ids(spec) == ids(plain)
+        assert spec.result.spec.drafted > 20
 
 
 def test_a_draft_with_another_vocabulary_is_refused(tiny_model: Path, tiny_other_vocab: Path):

@@ -96,7 +96,11 @@ def test_same_seed_same_tokens_other_seed_other_tokens():
 
     def draw(seed: int) -> list[int]:
         s = Sampler(params(seed=seed))
-        return [s.sample(logits)[0] for _ in range(50)]
+        out = []
+        for _ in range(50):
+            out.append(s.sample(logits)[0])
+            s.accept(out[-1])
+        return out
 
     assert draw(7) == draw(7)
     assert draw(7) != draw(8)
@@ -104,7 +108,11 @@ def test_same_seed_same_tokens_other_seed_other_tokens():
 
 def test_samples_follow_the_distribution():
     s = Sampler(params(seed=3))
-    counts = np.bincount([s.sample(P)[0] for _ in range(20000)], minlength=5)
+    drawn = []
+    for _ in range(20000):
+        drawn.append(s.sample(P)[0])
+        s.accept(drawn[-1])
+    counts = np.bincount(drawn, minlength=5)
     expected = np.array([0.4, 0.3, 0.15, 0.1, 0.05]) * 20000
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 18.47  # 4 degrees of freedom, false alarm rate 0.001

@@ -39,9 +39,10 @@ def test_rejection_sampling_gives_exactly_the_targets_distribution(q: dict[int, 
     counts = np.zeros(3)
     n = 30000
     for _ in range(n):
-        x = sampler.draw(qd)
+        x = sampler.draw_free(qd)
         kept, nxt = verify([x], [qd], lambda i: p if i == 0 else one_hot(0), sampler.rng, sampler.draw)
         counts[x if kept else nxt] += 1
+        sampler.accept(0)  # next output position
     expected = p.dense(3) * n
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 13.8  # 2 degrees of freedom, false alarm rate 0.001
@@ -105,3 +106,26 @@ def test_draft_min_bounds_the_choice():
     costs = costs_from({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4})
     acc = Acceptance(prior=0.9, k_max=16)
     assert choose_k(acc, costs, k_max=2, k_min=2) == 2
+
+
+def test_one_hot_drafts_reproduce_plain_sampling_exactly():
+    """With a one-hot draft, verification draws each position as plain sampling would:
+    whatever is drafted, the same seed gives the same tokens."""
+    rng = np.random.default_rng(4)
+    dists = [dist({int(i): float(v) for i, v in enumerate(rng.dirichlet(np.ones(6)))}) for _ in range(40)]
+
+    def run(drafter) -> list[int]:
+        s = Sampler(SamplingParams(temperature=1.0, seed=11))
+        out: list[int] = []
+        while len(out) < 30:
+            drafts = drafter(len(out))
+            base = len(out)
+            n, nxt = verify(drafts, [one_hot(t) for t in drafts], lambda i: dists[base + i], s.rng, s.draw)
+            for t in drafts[:n] + [nxt]:
+                out.append(t)
+                s.accept(t)
+        return out[:30]
+
+    plain = run(lambda pos: [])
+    assert run(lambda pos: [pos % 6, (pos + 1) % 6]) == plain
+    assert run(lambda pos: plain[pos : pos + 3]) == plain  # perfect drafts are all kept
