@@ -351,6 +351,7 @@ class Engine:
             for i, token in enumerate(drafts[slot.seq][1] if slot.seq in drafts else ()):
                 batch.add(token, n + 1 + i, slot.seq, True)
         prefilled: list[tuple[_Slot, int]] = []
+        generating_rows = batch.n
         for slot in self._slots:  # then prompt chunks, as far as the batch has room
             if slot.active and slot.pending is None and batch.n < batch.capacity:
                 prompt = slot.job.prompt
@@ -366,7 +367,7 @@ class Engine:
         t0 = time.perf_counter()
         self.ctx.decode(batch)
         t_verify = time.perf_counter() - t0
-        if not prefilled:
+        if batch.n == generating_rows:  # a pure generation step: what verification costs
             self.costs.observe_target(batch.n, t_verify)
         for slot in generating:
             if slot.active:
@@ -398,12 +399,13 @@ class Engine:
             if room <= 0:
                 continue
             if slot.spec.ngram is not None:
-                order, proposal = slot.spec.ngram.propose(room)
+                order, proposal, start = slot.spec.ngram.propose(room)
                 if proposal:
                     acceptance = slot.spec.accept_ngram[order, slot.spec.streak]
                     k = self._choose(slot, acceptance, len(proposal), 0.0)
                     if k:
                         plans[slot.seq] = (f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
+                        slot.spec.ngram_start = start
                 if proposal or slot.mode == "ngram":
                     continue
             if self.draft is not None and slot.mode in ("draft", "auto") and self._draft_pays():
@@ -474,6 +476,7 @@ class Engine:
         if slot.spec is not None:
             if kind.startswith("ngram"):
                 slot.spec.record("ngram", len(drafts), accepted, int(kind[5:]))
+                slot.spec.ngram.accepted(slot.spec.ngram_start, accepted)
             else:
                 slot.spec.record(kind, len(drafts), accepted)
             slot.spec.sample_s += time.perf_counter() - t0

@@ -10,6 +10,7 @@ acceptance so far, including k = 0 when nothing beats plain decoding.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,13 +82,19 @@ def verify(
 
 
 class NgramIndex:
-    """Prompt lookup: propose what followed the latest earlier occurrence of the last n
-    tokens (n from ngram_max down to ngram_min). O(1) per token and per lookup."""
+    """Prompt lookup: propose what followed an earlier occurrence of the last n tokens
+    (n from n_max down to n_min). O(1) per token; a lookup is a dict hit and a bisect.
+
+    Of several occurrences it takes the first after the ``cursor``, the place just past
+    the text the last accepted draft was copied from, else the latest: an edited copy
+    resumes where it left the source, and a common token ("(", " self") is otherwise
+    found everywhere."""
 
     def __init__(self, tokens: list[int], n_min: int, n_max: int) -> None:
         self.n_min, self.n_max = n_min, n_max
         self.tokens: list[int] = []
-        self._tables: dict[int, dict[tuple[int, ...], int]] = {
+        self.cursor = -1
+        self._tables: dict[int, dict[tuple[int, ...], list[int]]] = {
             n: {} for n in range(n_min, n_max + 1)
         }
         self.extend(tokens)
@@ -98,19 +105,32 @@ class NgramIndex:
             end = len(toks)  # the n-grams ending here are followed by t
             for n, table in self._tables.items():
                 if end >= n:
-                    table[tuple(toks[end - n : end])] = end
+                    key = tuple(toks[end - n : end])
+                    starts = table.get(key)
+                    if starts is None:
+                        table[key] = [end]
+                    else:
+                        starts.append(end)
             toks.append(t)
 
-    def propose(self, k: int) -> tuple[int, list[int]]:
-        """(n of the longest match, up to k tokens that followed it); (0, []) if none."""
+    def propose(self, k: int) -> tuple[int, list[int], int]:
+        """(n of the longest match, up to k tokens that followed it, where they start);
+        (0, [], -1) if nothing matches."""
         toks, end = self.tokens, len(self.tokens)
         for n in range(self.n_max, self.n_min - 1, -1):
             if end < n:
                 continue
-            start = self._tables[n].get(tuple(toks[end - n :]))
-            if start is not None:
-                return n, toks[start : start + k]
-        return 0, []
+            starts = self._tables[n].get(tuple(toks[end - n :]))
+            if starts:
+                i = bisect.bisect_right(starts, self.cursor) if self.cursor >= 0 else len(starts)
+                start = starts[i] if i < len(starts) else starts[-1]
+                return n, toks[start : start + k], start
+        return 0, [], -1
+
+    def accepted(self, start: int, count: int) -> None:
+        """``count`` tokens proposed from ``start`` were kept: the copy continues there."""
+        if count > 0:
+            self.cursor = start + count
 
 
 # ------------------------------------------------------------------------- the choice of k
@@ -224,9 +244,10 @@ def choose_k(
 ) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
     decoding. ``draft_cost`` is the time to draft one token (0 for n-gram lookup). Depths
-    never judged are only estimates, so k grows at most to twice the deepest position seen
-    (a failed guess at k = 16 costs many plain steps)."""
-    k_max = min(k_max, max(4, 2 * acceptance.deepest))
+    never judged are only estimates, so a drafter that costs time grows k at most to twice
+    the deepest position seen (a failed guess at k = 16 costs many plain steps)."""
+    if draft_cost > 0:
+        k_max = min(k_max, max(4, 2 * acceptance.deepest))
     if k_max < max(1, k_min):
         return 0
     best_k, best_rate = 0, 1.0 / costs.target(1)
@@ -261,6 +282,7 @@ class SlotSpec:
     accept_ngram: dict[tuple[int, bool], Acceptance]
     accept_draft: Acceptance
     streak: bool = False
+    ngram_start: int = -1  # where the last n-gram proposal was copied from
     drafted: int = 0
     accepted: int = 0
     steps: int = 0

@@ -50,16 +50,25 @@ def test_rejection_sampling_gives_exactly_the_targets_distribution(q: dict[int, 
 
 def test_ngram_proposes_what_followed_the_latest_earlier_match():
     idx = NgramIndex([1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 1, 2], n_min=1, n_max=3)
-    assert idx.propose(3) == (2, [3, 5, 7])  # "1 2" last seen before "3 5 7"
+    assert idx.propose(3) == (2, [3, 5, 7], 7)  # "1 2" last seen before "3 5 7"
     idx.extend([8])
-    assert idx.propose(4) == (0, [])
+    assert idx.propose(4) == (0, [], -1)
     idx.extend([2])
-    assert idx.propose(2) == (1, [8, 2])  # only the 1-gram "2" matches, latest first
+    assert idx.propose(2) == (1, [8, 2], 12)  # only the 1-gram "2" matches, latest first
+
+
+def test_ngram_resumes_the_copy_after_the_cursor():
+    # the source "a b c d e f", other text with "c d a", then the copy: "a b", an edit x, "c"
+    a, b, c, d, e, f, x = range(1, 8)
+    idx = NgramIndex([a, b, c, d, e, f, 0, c, d, a, 0, a, b, x, c], n_min=1, n_max=2)
+    assert idx.propose(2) == (1, [d, a], 8)  # no cursor yet: the latest "c"
+    idx.accepted(start=0, count=2)  # "a b" was copied from position 0: the cursor is 2
+    assert idx.propose(3) == (1, [d, e, f], 3)  # the first "c" after it
 
 
 def test_ngram_never_proposes_from_the_current_position():
     idx = NgramIndex([4, 4], n_min=1, n_max=2)
-    assert idx.propose(5) == (1, [4])  # "4" at 0 was followed by "4"; nothing beyond the end
+    assert idx.propose(5) == (1, [4], 1)  # "4" at 0 was followed by "4"; nothing beyond the end
 
 
 def test_acceptance_learns_and_untried_depths_inherit():

@@ -1,0 +1,91 @@
+"""``localspec bench`` and the speculation options of ``run``, on the tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from localspec.cli import app
+
+runner = CliRunner()
+
+
+def test_bench_compares_plain_and_ngram_and_writes_json(tiny_model: Path):
+    res = runner.invoke(app, ["bench", str(tiny_model), "-n", "24", "--only", "code-edit", "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    runs = data["runs"]
+    assert [(r["prompt"], r["mode"]) for r in runs] == [
+        ("code-edit-1", "off"), ("code-edit-1", "ngram"), ("code-edit-2", "off"), ("code-edit-2", "ngram"),
+    ]
+    for r in runs:
+        assert r["tokens"] > 0 and r["decode_tokens_per_s"] > 0
+    spec = [r for r in runs if r["mode"] == "ngram"]
+    assert all(r["identical"] for r in spec)  # f32 model: speculation changes nothing
+    assert "ngram@16" in data["summary"]
+    assert "localspec bench · tiny.gguf" in res.stderr  # the table goes to stderr
+
+
+def test_bench_with_a_draft_and_a_sweep(tiny_model: Path, tiny_draft: Path, tmp_path: Path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"name": "mine", "prompt": "count to ten"}\n\n{"prompt": "say hi"}\n')
+    res = runner.invoke(app, [
+        "bench", str(tiny_model), "--draft", str(tiny_draft), "--modes", "draft", "--draft-min", "2",
+        "--draft-p-min", "0", "--prompts", str(prompts), "--sweep", "2,4", "-n", "16", "--json",
+    ])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    names = {r["prompt"] for r in data["runs"]}
+    assert names == {"mine", "prompt-3"}
+    assert {r["draft_max"] for r in data["runs"] if r["mode"] == "draft"} == {2, 4}
+    assert all(r["identical"] for r in data["runs"])
+    assert data["best_draft_max"]["draft"] in (2, 4)
+    assert "best --draft-max for draft" in res.stderr
+
+
+def test_a_bad_prompts_file_is_one_sentence(tiny_model: Path, tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"name": "x"}\n')
+    res = runner.invoke(app, ["bench", str(tiny_model), "--prompts", str(bad)])
+    assert res.exit_code == 1
+    assert "line 1" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_run_reports_speculation_in_json(tiny_model: Path):
+    res = runner.invoke(app, [
+        "run", str(tiny_model), "--raw", "abc abc abc abc abc", "-t", "0", "-n", "40",
+        "--spec", "ngram", "--json",
+    ])
+    assert res.exit_code == 0, res.stderr
+    stats = json.loads(res.stdout)["spec_stats"]
+    assert set(stats) >= {"mode", "drafted", "accepted", "acceptance_rate", "mean_accepted_per_step", "draft_lengths"}
+    assert stats["mode"] in ("ngram", "off")
+    assert sum(stats["draft_lengths"].values()) == stats["steps"]
+
+
+def test_run_with_spec_off_equals_spec_on(tiny_model: Path, tiny_draft: Path):
+    base = ["run", str(tiny_model), "--raw", "hello hello", "-t", "0", "-n", "40"]
+    off = runner.invoke(app, base + ["--spec", "off"])
+    on = runner.invoke(app, base + ["--spec", "auto", "--draft", str(tiny_draft), "--draft-min", "3", "--draft-p-min", "0"])
+    assert off.exit_code == on.exit_code == 0
+    assert off.stdout == on.stdout
+
+
+def test_show_draft_adds_no_colour_to_a_pipe(tiny_model: Path):
+    res = runner.invoke(app, ["run", str(tiny_model), "--raw", "abc abc abc", "-t", "0", "-n", "30", "--show-draft"])
+    assert res.exit_code == 0 and "\x1b[" not in res.stdout
+
+
+def test_a_mismatched_draft_is_refused_with_one_sentence(tiny_model: Path, tiny_other_vocab: Path):
+    res = runner.invoke(app, ["run", str(tiny_model), "--raw", "hi", "--draft", str(tiny_other_vocab)])
+    assert res.exit_code == 1
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "tiny-other-vocab.gguf" in lines[0] and "Traceback" not in res.stderr
+
+
+def test_bad_speculation_options_are_usage_errors(tiny_model: Path):
+    assert runner.invoke(app, ["run", str(tiny_model), "hi", "--spec", "fast"]).exit_code == 2
+    assert runner.invoke(app, ["run", str(tiny_model), "hi", "--draft-min", "9", "--draft-max", "4"]).exit_code == 2
+    assert runner.invoke(app, ["bench", str(tiny_model), "--modes", "draft"]).exit_code == 2
