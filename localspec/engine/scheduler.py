@@ -15,36 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.engine import backend, templates
-from localspec.engine.draft import DraftJob, DraftModel, check_pair
-from localspec.engine.sampling import (
-    Distribution,
-    Sampler,
-    logprob,
-    one_hot,
-    top2_margin,
-    top_probability,
-)
-from localspec.engine.speculate import (
-    MODES,
-    Acceptance,
-    Costs,
-    NgramIndex,
-    SlotSpec,
-    SpecConfig,
-    choose_k,
-    draft_can_pay,
-    ngram_prior,
-    verify,
-)
+from localspec.engine.draft import DraftModel, check_pair
+from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin
+from localspec.engine.speculate import MODES, SlotSpec, SpecConfig, verify
+from localspec.engine.speculator import Speculator
 from localspec.engine.stream import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, PromptTooLong
 from localspec.types import FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
 
 DEFAULT_CTX = 4096
-PROBE_CATCH_UP_MAX = 32  # tokens the draft model may have to catch up for a probe
-# A draft phase costs more than its decodes: catch-up of the target's new tokens and the
-# decode whose token the confidence cut discards (measured here: about 1.3x).
-DRAFT_OVERHEAD = 1.3
 
 
 @dataclass(frozen=True)
@@ -160,8 +139,7 @@ class Engine:
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         self.load_s = time.perf_counter() - t0
         self._batch = backend.Batch(config.n_batch)
-        self.costs = Costs()
-        self._calibrated = False
+        self.speculator = Speculator(self.spec, self.draft, self.n_ctx)
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._waiting: list[_Job] = []
@@ -247,7 +225,17 @@ class Engine:
         """Change speculation settings (draft lengths, n-gram sizes) for later steps."""
         if spec.mode not in MODES or (spec.mode == "draft" and self.draft is None):
             raise InvalidRequest(f"Speculation mode {spec.mode!r} is not available here.")
-        self.spec = spec
+        self.spec = self.speculator.config = spec
+
+    @property
+    def costs(self):
+        """The measured decode costs speculation decides with."""
+        return self.speculator.costs
+
+    def _calibrate(self) -> None:
+        free = [s.seq for s in self._slots if not s.active and not s.tokens]
+        if not self.speculator.calibrated and free:  # else the costs are learnt online
+            self.speculator.calibrate(self.ctx, self._batch, free[0], max(self.model.vocab.bos, 0))
 
     def _wake(self) -> None:
         self._inbox.put(_WAKE)
@@ -316,22 +304,7 @@ class Engine:
         params = job.request.sampling
         slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None)
         slot.text = TextAssembler(job.request.stop)
-        slot.mode = job.request.spec or self.spec.mode
-        if slot.mode == "auto" and self.draft is None:
-            slot.mode = "ngram"
-        slot.spec = None
-        if slot.mode != "off":
-            k = self.spec.draft_max
-            slot.spec = SlotSpec(
-                ngram=NgramIndex(job.prompt, self.spec.ngram_min, self.spec.ngram_max)
-                if slot.mode in ("ngram", "auto") else None,
-                accept_ngram={
-                    (n, streak): Acceptance(prior=ngram_prior(n, streak), k_max=k)
-                    for n in range(self.spec.ngram_min, self.spec.ngram_max + 1)
-                    for streak in (False, True)
-                },
-                accept_draft=Acceptance(prior=0.9, k_max=k),
-            )
+        slot.mode, slot.spec = self.speculator.start(job.prompt, job.request.spec or self.spec.mode)
         slot.t_start = time.perf_counter()
 
     def _step(self) -> None:
@@ -340,7 +313,7 @@ class Engine:
                 self._finish(slot, FinishReason.CANCELLED)
         generating = [s for s in self._slots if s.active and s.pending is not None]
         t0 = time.perf_counter()
-        drafts = self._draft(generating)
+        drafts = self.speculator.plan(generating)
         t_draft = time.perf_counter() - t0
         batch = self._batch
         batch.clear()
@@ -348,7 +321,7 @@ class Engine:
         for slot in generating:  # pending token + drafts, every row with logits
             n = len(slot.tokens)
             first_row[slot.seq] = batch.add(slot.pending, n, slot.seq, True)
-            for i, token in enumerate(drafts[slot.seq][1] if slot.seq in drafts else ()):
+            for i, token in enumerate(drafts[slot.seq].tokens if slot.seq in drafts else ()):
                 batch.add(token, n + 1 + i, slot.seq, True)
         prefilled: list[tuple[_Slot, int]] = []
         generating_rows = batch.n
@@ -368,7 +341,7 @@ class Engine:
         self.ctx.decode(batch)
         t_verify = time.perf_counter() - t0
         if batch.n == generating_rows:  # a pure generation step: what verification costs
-            self.costs.observe_target(batch.n, t_verify)
+            self.speculator.costs.observe_target(batch.n, t_verify)
         for slot in generating:
             if slot.active:
                 kind, tokens, qs = drafts.get(slot.seq, ("none", [], []))
@@ -381,81 +354,6 @@ class Engine:
                 token, _ = slot.sampler.sample(self.ctx.logits(row))
                 if self._emit(slot, token, False, row):
                     slot.pending = token
-
-    # -- speculation
-
-    def _draft(self, slots: list[_Slot]) -> dict[int, tuple[str, list[int], list[Distribution]]]:
-        """Proposals per slot: n-gram lookups at once, draft-model jobs in one batch."""
-        plans: dict[int, tuple[str, list[int], list[Distribution]]] = {}
-        jobs: list[DraftJob] = []
-        for slot in slots:
-            if slot.spec is None:
-                continue
-            room = min(
-                self.spec.draft_max,
-                self.n_ctx - 1 - len(slot.tokens),
-                (slot.job.request.max_tokens or 1 << 30) - slot.generated - 1,
-            )
-            if room <= 0:
-                continue
-            if slot.spec.ngram is not None:
-                order, proposal, start = slot.spec.ngram.propose(room)
-                if proposal:
-                    acceptance = slot.spec.accept_ngram[order, slot.spec.streak]
-                    k = self._choose(slot, acceptance, len(proposal), 0.0)
-                    if k:
-                        plans[slot.seq] = (f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
-                        slot.spec.ngram_start = start
-                if proposal or slot.mode == "ngram":
-                    continue
-            if self.draft is not None and slot.mode in ("draft", "auto") and self._draft_pays():
-                gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
-                k = self._choose(slot, slot.spec.accept_draft, room, self.costs.draft_token, gap)
-                if k:
-                    context = slot.tokens + [slot.pending]
-                    jobs.append(DraftJob(slot.seq, context, k, self._picker(slot)))
-        if jobs:
-            t0 = time.perf_counter()
-            self.draft.draft(jobs, self.spec.draft_p_min, self.costs.observe_draft)
-            self.costs.observe_drafting(time.perf_counter() - t0, sum(len(j.drafts) for j in jobs))
-            for job in jobs:
-                plans[job.seq] = ("draft", job.drafts, job.qs)
-        return plans
-
-    def _draft_pays(self) -> bool:
-        """Whether the draft model is worth trying on this machine (see draft_can_pay);
-        --draft-min or a fixed draft length (adaptive off) forces it."""
-        if self.spec.draft_min > 0 or not self.spec.adaptive:
-            return True
-        return draft_can_pay(self.costs, self.spec.draft_max)
-
-    def _choose(
-        self, slot: _Slot, acceptance: Acceptance, room: int, draft_cost: float, catch_up: int = 0
-    ) -> int:
-        if room <= 0:
-            return 0
-        k_min = min(self.spec.draft_min, room)
-        if not self.spec.adaptive:
-            return room
-        k = choose_k(acceptance, self.costs, k_max=room, k_min=k_min, draft_cost=draft_cost)
-        # A probe of the draft model first feeds it every token it missed (a prefill that
-        # costs several target steps after a long pause): probe only while that is short.
-        if k == 0 and catch_up <= PROBE_CATCH_UP_MAX and slot.spec.should_probe():
-            k = max(1, k_min)
-        return k
-
-    def _picker(self, slot: _Slot):
-        sampler = slot.sampler
-        need_top = self.spec.draft_p_min > 0.0
-
-        def pick(logits, drafts: list[int]) -> tuple[int, Distribution, float]:
-            if sampler.params.greedy:
-                q = sampler.distribution(logits, drafts)
-                return int(q.ids[0]), q, top_probability(logits) if need_top else 1.0
-            q = sampler.distribution(logits, drafts)
-            return sampler.draw_free(q), q, float(q.probs.max())
-
-        return pick
 
     def _advance(self, slot: _Slot, row0: int, kind: str, drafts: list[int], qs: list[Distribution]) -> None:
         """Verify the slot's drafts against the target's logits, keep the accepted prefix
@@ -474,11 +372,7 @@ class Engine:
         slot.tokens.extend(drafts[:accepted])
         slot.pending = None
         if slot.spec is not None:
-            if kind.startswith("ngram"):
-                slot.spec.record("ngram", len(drafts), accepted, int(kind[5:]))
-                slot.spec.ngram.accepted(slot.spec.ngram_start, accepted)
-            else:
-                slot.spec.record(kind, len(drafts), accepted)
+            self.speculator.record(slot.spec, kind, len(drafts), accepted)
             slot.spec.sample_s += time.perf_counter() - t0
         out = drafts[:accepted] + [nxt]
         for i, token in enumerate(out):
@@ -512,39 +406,6 @@ class Engine:
         else:
             return True
         return False
-
-    def _calibrate(self) -> None:
-        """Time target decodes of 1, 2, 3, 4, 8, 16 tokens (and one draft step) once, so the
-        first choice of draft length rests on this machine's numbers."""
-        free = [s.seq for s in self._slots if not s.active and not s.tokens]
-        if self._calibrated or not free:  # no free sequence: the costs are learnt online
-            return
-        self._calibrated = True
-        seq = free[0]
-        token = max(self.model.vocab.bos, 0)
-        for b in (1, 1, 2, 3, 4, 8, 16):
-            if b > self._batch.capacity:
-                break
-            best = float("inf")
-            for _ in range(2):
-                self._batch.clear()
-                for i in range(b):
-                    self._batch.add(token, i, seq, True)
-                t0 = time.perf_counter()
-                self.ctx.decode(self._batch)
-                best = min(best, time.perf_counter() - t0)
-                self.ctx.seq_rm(seq, -1, -1)
-            self.costs._target[b] = best
-        if self.draft is not None:
-            self._batch.clear()
-            best = float("inf")
-            for _ in range(3):
-                job = DraftJob(seq, [token], 1, lambda logits, d: (token, one_hot(token), 1.0))
-                t0 = time.perf_counter()
-                self.draft.draft([job], 0.0, lambda s: None)
-                best = min(best, time.perf_counter() - t0)
-                self.draft.forget(seq)
-            self.costs.draft_step = best * DRAFT_OVERHEAD
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
         job = slot.job

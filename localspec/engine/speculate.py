@@ -11,7 +11,6 @@ acceptance so far, including k = 0 when nothing beats plain decoding.
 from __future__ import annotations
 
 import bisect
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -187,7 +186,12 @@ class Costs:
     def __init__(self) -> None:
         self._target: dict[int, float] = {}
         self.draft_step = 0.0  # seconds per draft decode (all slots together)
-        self.draft_per_token = 0.0
+        self.draft_per_token = 0.0  # seconds per drafted token, whole phases measured
+        self._phase_s = 0.0
+        self._phase_n = 0.0
+
+    def set_target(self, b: int, seconds: float) -> None:
+        self._target[b] = seconds
 
     def observe_target(self, b: int, seconds: float) -> None:
         old = self._target.get(b)
@@ -200,8 +204,8 @@ class Costs:
         """A whole draft phase: catch-up, every draft decode, and decodes whose token the
         confidence cut (--draft-p-min) threw away. Its cost per drafted token is what a
         draft really costs, and what the choice of k weighs."""
-        self._phase_s = getattr(self, "_phase_s", 0.0) * 0.9 + seconds
-        self._phase_n = getattr(self, "_phase_n", 0.0) * 0.9 + drafted
+        self._phase_s = self._phase_s * 0.9 + seconds
+        self._phase_n = self._phase_n * 0.9 + drafted
         self.draft_per_token = self._phase_s / max(self._phase_n, 1.0)
 
     @property
@@ -328,17 +332,3 @@ class SlotSpec:
         can notice that the text changed; each probe that changes nothing doubles the wait."""
         self.probing = self.idle_steps >= self.probe_every
         return self.probing
-
-
-class Timer:
-    """A tiny stopwatch: ``with timer: ...`` adds the elapsed seconds to ``timer.total``."""
-
-    def __init__(self) -> None:
-        self.total = 0.0
-
-    def __enter__(self) -> Timer:
-        self._t = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.total += time.perf_counter() - self._t
