@@ -175,7 +175,7 @@ def ngram_prior(n: int, streak: bool) -> float:
     a single matching token says little, four say much more, and a draft right after a
     draft that was kept whole is likely to be kept too."""
     if streak:
-        return 0.8
+        return 0.7
     return {1: 0.2, 2: 0.35, 3: 0.5}.get(n, 0.6)
 
 
@@ -248,10 +248,11 @@ def choose_k(
 ) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
     decoding. ``draft_cost`` is the time to draft one token (0 for n-gram lookup). Depths
-    never judged are only estimates, so a drafter that costs time grows k at most to twice
-    the deepest position seen (a failed guess at k = 16 costs many plain steps)."""
-    if draft_cost > 0:
-        k_max = min(k_max, max(4, 2 * acceptance.deepest))
+    never judged are only estimates, so k grows at most to twice (a drafter that costs
+    time) or four times (n-gram lookup) the deepest position seen: a failed guess at
+    k = 16 costs several plain steps."""
+    growth = 2 if draft_cost > 0 else 4
+    k_max = min(k_max, max(4, growth * acceptance.deepest))
     if k_max < max(1, k_min):
         return 0
     best_k, best_rate = 0, 1.0 / costs.target(1)
