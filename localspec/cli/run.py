@@ -36,7 +36,7 @@ def _read_prompt(argument: str | None, file: Path | None) -> str:
             raise InvalidRequest(f"Cannot read the prompt file {file}: {exc.strerror}.") from exc
         except UnicodeDecodeError as exc:
             raise InvalidRequest(f"The prompt file {file} is not UTF-8 text.") from exc
-    if not sys.stdin.isatty():
+    if sys.stdin is not None and not sys.stdin.isatty():
         piped = sys.stdin.read()
         if piped.strip():
             parts.append(piped)
