@@ -233,12 +233,16 @@ def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: str):
 
 
 def _margin_at(engine: Engine, prompt: BenchPrompt, plain: list[int], position: int) -> float | None:
-    tokens, _ = engine.prepare(Request(messages=[Message("user", prompt.prompt)]))
+    """The plain run's top-2 logit gap at ``position``: decoded again the plain way (one
+    token at a time), since a prefill of the same tokens goes through other kernels."""
     stream = engine.submit(
-        Request(prompt_tokens=tokens + plain[:position], sampling=GREEDY, max_tokens=1, spec="off", margins=True)
+        Request(messages=[Message("user", prompt.prompt)], sampling=GREEDY, max_tokens=position + 1,
+                spec="off", margins=True)
     )
-    margins = [e.margin for e in stream if e.token_id >= 0]
-    return margins[0] if margins else None
+    events = [e for e in stream if e.token_id >= 0]
+    if len(events) <= position or [e.token_id for e in events[:position]] != plain[:position]:
+        return None  # the plain run did not repeat itself this far
+    return events[position].margin
 
 
 def run(
