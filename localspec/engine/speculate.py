@@ -170,12 +170,19 @@ class Acceptance:
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
 
 
-def ngram_prior(n: int, streak: bool) -> float:
+STREAKS = (0, 1, 2)  # no n-gram tokens kept in a row; a few; 8 or more: inside a copy
+
+
+def streak_bucket(kept_in_a_row: int) -> int:
+    return 0 if kept_in_a_row == 0 else (1 if kept_in_a_row < 8 else 2)
+
+
+def ngram_prior(n: int, streak: int) -> float:
     """Acceptance expected of a draft that an n-gram match proposes, before any evidence:
-    a single matching token says little, four say much more, and a draft right after a
-    draft that was kept whole is likely to be kept too."""
+    a single matching token says little, four say much more, and inside a long run of
+    kept drafted tokens (a copied stretch) the next draft is likely kept too."""
     if streak:
-        return 0.7
+        return 0.7 if streak == 1 else 0.85
     return {1: 0.2, 2: 0.35, 3: 0.5}.get(n, 0.6)
 
 
@@ -282,11 +289,11 @@ class SlotSpec:
     """One request's speculation state: its n-gram index, acceptance, and stats."""
 
     ngram: NgramIndex | None
-    # n-gram acceptance by (length of the match, was the last n-gram draft kept whole):
-    # inside a copied stretch one kept draft predicts the next; after an edit it does not
-    accept_ngram: dict[tuple[int, bool], Acceptance]
+    # n-gram acceptance by (length of the match, streak bucket of the drafted tokens kept
+    # in a row): inside a copied stretch kept drafts predict the next; after an edit not
+    accept_ngram: dict[tuple[int, int], Acceptance]
     accept_draft: Acceptance
-    streak: bool = False
+    kept_in_a_row: int = 0
     ngram_start: int = -1  # where the last n-gram proposal was copied from
     drafted: int = 0
     accepted: int = 0
@@ -312,7 +319,7 @@ class SlotSpec:
         if kind == "ngram":
             self.ngram_drafted += drafted
             self.accept_ngram[order, self.streak].update(drafted, accepted)
-            self.streak = accepted == drafted
+            self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)
@@ -322,6 +329,10 @@ class SlotSpec:
         else:
             self.probe_every = 16
         self.idle_steps = 0
+
+    @property
+    def streak(self) -> int:
+        return streak_bucket(self.kept_in_a_row)
 
     @property
     def mode(self) -> str:

@@ -12,6 +12,7 @@ from localspec.engine.sampling import Distribution, one_hot, top_probability
 from localspec.engine.speculate import (
     Acceptance,
     Costs,
+    STREAKS,
     NgramIndex,
     SlotSpec,
     SpecConfig,
@@ -53,7 +54,7 @@ class Speculator:
             accept_ngram={
                 (n, streak): Acceptance(prior=ngram_prior(n, streak), k_max=c.draft_max)
                 for n in range(c.ngram_min, c.ngram_max + 1)
-                for streak in (False, True)
+                for streak in STREAKS
             },
             accept_draft=Acceptance(prior=DRAFT_PRIOR, k_max=c.draft_max),
         )
