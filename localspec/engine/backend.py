@@ -32,7 +32,7 @@ from localspec.errors import ContextError, DecodeError, ModelLoadError, OutOfMem
 
 # ---------------------------------------------------------------------------- logging
 
-_log_lines: collections.deque[str] = collections.deque(maxlen=60)
+_log_lines: collections.deque[str] = collections.deque(maxlen=600)
 _verbose = False
 _init_lock = threading.Lock()
 _initialised = False
@@ -41,7 +41,10 @@ _initialised = False
 @lc.llama_log_callback
 def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     line = text.decode("utf-8", errors="replace")
-    _log_lines.append(line)
+    # debug lines and the per-tensor graph dump (hundreds per context) would push out
+    # the lines that matter (buffer sizes, errors)
+    if level != 4 and not line.startswith("llama_graph_n_input_tensors"):
+        _log_lines.append(line)
     if _verbose:
         sys.stderr.write(line)
         sys.stderr.flush()
@@ -53,9 +56,21 @@ def set_verbose(verbose: bool) -> None:
     _verbose = verbose
 
 
-def recent_log() -> str:
+def recent_log(lines: int = 30) -> str:
     """llama.cpp's last log lines: the detail behind a failure, shown under --verbose."""
-    return "".join(_log_lines).strip()
+    return "".join(list(_log_lines)[-lines:]).strip()
+
+
+def _reported_mib(pattern: str) -> int:
+    """Sum of the ``... <pattern> = X MiB`` sizes llama.cpp logged since the last clear."""
+    total = 0.0
+    for line in _log_lines:
+        if pattern in line and "=" in line:
+            try:
+                total += float(line.split("=")[1].split("MiB")[0])
+            except ValueError:
+                continue
+    return int(total * (1 << 20))
 
 
 def _init() -> None:
@@ -83,6 +98,63 @@ def builtin_templates() -> list[str]:
     arr = (ctypes.c_char_p * n)()
     lc.llama_chat_builtin_templates(arr, n)
     return [name.decode() for name in arr if name]
+
+
+_DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+
+def _ggml() -> ctypes.CDLL:
+    """libggml from llama-cpp-python's package (the backend-device API is not bound)."""
+    lib_dir = Path(lc.__file__).parent / "lib"
+    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
+        if (lib_dir / name).exists():
+            lib = ctypes.CDLL(str(lib_dir / name))
+            break
+    else:  # pragma: no cover - unusual layouts
+        lib = ctypes.CDLL("libggml.so")
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(lib, fn).restype = ctypes.c_char_p
+        getattr(lib, fn).argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_reg_count.restype = ctypes.c_size_t
+    lib.ggml_backend_reg_get.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_reg_name.restype = ctypes.c_char_p
+    lib.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def devices() -> list[tuple[str, str, str, int, int]]:
+    """(name, description, kind, free bytes, total bytes) of every device this build sees."""
+    _init()
+    lib = _ggml()
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append((
+            (lib.ggml_backend_dev_name(dev) or b"?").decode(),
+            (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+            _DEVICE_KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
+            int(free.value),
+            int(total.value),
+        ))
+    return out
+
+
+def backends() -> list[str]:
+    """The ggml backends compiled into this build (CPU, CUDA, Metal, ...)."""
+    _init()
+    lib = _ggml()
+    return [(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)) or b"?").decode()
+            for i in range(lib.ggml_backend_reg_count())]
 
 
 def library_version() -> str:
@@ -132,6 +204,8 @@ class Model:
                 detail=log,
             )
         self._ptr = ptr
+        #: what llama.cpp said it mapped or allocated for the weights (main buffers)
+        self.reported_weights_bytes = _reported_mib("model buffer size") - _reported_mib("REPACK model buffer size")
         self._vocab = lc.llama_model_get_vocab(ptr)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
@@ -366,6 +440,8 @@ class Context:
                 detail=log,
             )
         self._ptr = ptr
+        #: what llama.cpp said it allocated for the KV cache
+        self.reported_kv_bytes = _reported_mib("KV buffer size")
         self._mem = lc.llama_get_memory(ptr)
         self.n_ctx = int(lc.llama_n_ctx(ptr))
         self.n_batch = n_batch

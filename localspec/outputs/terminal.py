@@ -14,6 +14,14 @@ from localspec.types import Result, SpecStats
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def stdout_console() -> Console:
+    """For commands whose output is the rendering itself (plan, doctor)."""
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal:  # a pipe or a file: no 80-column wrapping of tables
+        console = Console(highlight=False, soft_wrap=False, width=140)
+    return console
+
+
 def error(message: str, detail: str | None = None, *, verbose: bool = False) -> None:
     stderr.print(f"[bold red]error:[/] {message}", markup=True)
     if verbose and detail:

@@ -1,0 +1,101 @@
+"""``localspec plan``: where the target's and the draft's layers and KV cache would go."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from localspec.cli._common import user_errors
+from localspec.outputs import terminal
+
+HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
+EPILOG = (
+    "Examples:  localspec plan model.gguf  ·  localspec plan 7b.gguf --draft 0.5b.gguf "
+    "--gpu-memory 8GiB --ctx-size 32768  ·  localspec plan model.gguf --slots 4 --kv-type q8_0 --json"
+)
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def plan_record(p) -> dict:
+    def model(m):
+        if m is None:
+            return None
+        return {
+            "name": m.name, "n_layer": m.n_layer, "gpu_layers": m.gpu_layers,
+            "weights_bytes": m.weights_bytes, "weights_gpu_bytes": m.weights_gpu_bytes,
+            "kv_bytes": m.kv_bytes, "kv_gpu_bytes": m.kv_gpu_bytes, "compute_bytes": m.compute_bytes,
+        }
+
+    return {
+        "target": model(p.target), "draft": model(p.draft), "ctx_size": p.ctx_size, "slots": p.slots,
+        "kv_type": p.kv_type,
+        "devices": [{"name": d.name, "kind": d.kind, "free_bytes": d.free_bytes, "planned_bytes": d.planned_bytes}
+                    for d in p.devices],
+        "notes": p.notes,
+    }
+
+
+def _layers(m) -> str:
+    on = min(m.gpu_layers, m.n_layer)
+    out = " + output" if m.gpu_layers > m.n_layer else ""
+    return f"{on}/{m.n_layer}{out} on GPU"
+
+
+@user_errors
+def plan_command(
+    model: str = typer.Argument(..., help="A .gguf file."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="A draft model (.gguf)."),
+    ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=16, help="Context per slot. Default: the model's, at most 4096."),
+    slots: int = typer.Option(1, "--slots", min=1, max=256, help="Parallel sequences (KV slots)."),
+    kv_type: str = typer.Option("f16", "--kv-type", help="KV cache type: f16, q8_0 or q4_0."),
+    gpu_layers: str = typer.Option("auto", "--gpu-layers", help="auto, all, or a number of layers."),
+    draft_gpu_layers: str = typer.Option("auto", "--draft-gpu-layers", help="auto, all, or a number of layers."),
+    gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Plan for a GPU of this size instead (e.g. 8GiB)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    from localspec import devices as dev
+    from localspec import plan as planner
+    from localspec.resolve import resolve_model
+    from localspec.resolve.gguf_info import read_info
+
+    if kv_type not in planner.KV_BYTES_PER_ELEMENT:
+        raise typer.BadParameter("use f16, q8_0 or q4_0", param_hint="--kv-type")
+    target = read_info(resolve_model(model))
+    draft_info = read_info(resolve_model(draft)) if draft else None
+    try:
+        t_layers = planner.parse_layers(gpu_layers, target)
+        d_layers = planner.parse_layers(draft_gpu_layers, draft_info) if draft_info else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--gpu-layers") from None
+    devices = dev.detect(dev.parse_size(gpu_memory) if gpu_memory else None)
+    p = planner.plan(
+        target, devices, draft=draft_info, ctx_size=ctx_size, slots=slots, kv_type=kv_type,
+        gpu_layers=t_layers, draft_gpu_layers=d_layers,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(plan_record(p), indent=2) + "\n")
+        return
+    table = Table(title=f"plan · context {p.ctx_size} x {p.slots} slot(s) · KV {p.kv_type}", title_style="bold")
+    for col in ("model", "layers", "weights", "KV cache", "compute", "on GPU", "on CPU"):
+        table.add_column(col, justify="left" if col in ("model", "layers") else "right")
+    for role, m in (("target", p.target), ("draft", p.draft)):
+        if m is not None:
+            table.add_row(f"{role}: {m.name}", _layers(m), _gib(m.weights_bytes), _gib(m.kv_bytes),
+                          _gib(m.compute_bytes), _gib(m.gpu_bytes), _gib(m.cpu_bytes))
+    devices_table = Table(title="devices", title_style="bold")
+    for col in ("device", "kind", "free", "planned", "headroom"):
+        devices_table.add_column(col, justify="left" if col in ("device", "kind") else "right")
+    for d in p.devices:
+        devices_table.add_row(d.name, d.kind, _gib(d.free_bytes), _gib(d.planned_bytes), _gib(d.free_bytes - d.planned_bytes))
+    out = terminal.stdout_console()
+    out.print(table)
+    out.print(devices_table)
+    for note in p.notes:
+        out.print(f"note: {note}")
