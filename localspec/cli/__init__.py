@@ -8,6 +8,7 @@ import typer
 
 from localspec import __version__
 from localspec.cli import bench as _bench
+from localspec.cli import doctor as _doctor
 from localspec.cli import plan as _plan
 from localspec.cli import run as _run
 
@@ -39,6 +40,7 @@ def _root(
 app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
+app.command("doctor", help=_doctor.HELP, epilog=_doctor.EPILOG)(_doctor.doctor)
 
 
 def main() -> None:

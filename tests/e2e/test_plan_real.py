@@ -52,3 +52,18 @@ def test_plan_refuses_bad_sizes_and_files(tmp_path: Path, tiny_model: Path):
     bad.write_bytes(b"GGUF" + b"\x00" * 10)
     res = runner.invoke(app, ["plan", str(bad)])
     assert res.exit_code == 1 and "Traceback" not in res.stderr
+
+
+def test_doctor_reports_the_cpu_build_and_how_to_fix_it(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: no traffic leaves
+    runner = CliRunner()
+    res = runner.invoke(app, ["doctor", "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert "CPU" in data["backends"] and data["gpu_offload"] is False
+    assert any(d["kind"] == "cpu" and d["free_bytes"] > 0 for d in data["devices"])
+    assert data["hub_reachable"] is False
+    assert any("GGML_CUDA=on" in p for p in data["problems"])
+    assert any("Hub cannot be reached" in p for p in data["problems"])
+    text = runner.invoke(app, ["doctor"])
+    assert text.exit_code == 0 and "fix:" in text.stdout
