@@ -75,7 +75,8 @@ def bench(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
 ) -> None:
     from localspec import bench as lib
-    from localspec.engine import Engine, EngineConfig, backend
+    from localspec.engine import EngineConfig, backend
+    from localspec.loader import describe, load_engine, plan_for
     from localspec.resolve import resolve_model
 
     mode_list = [m.strip().lower() for m in modes.split(",")] if modes else (
@@ -101,8 +102,11 @@ def bench(
     backend.set_verbose(verbose)
     path = resolve_model(model)
     draft_path = resolve_model(draft) if draft else None
-    engine = Engine(path, EngineConfig(
-        n_ctx=ctx_size, n_threads=threads, draft_model=draft_path, spec=speculation))
+    layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type="f16")
+    if verbose:
+        terminal.note(describe(layout))
+    engine = load_engine(path, EngineConfig(n_threads=threads, draft_model=draft_path, spec=speculation),
+                         layout, note=terminal.note)
     try:
         terminal.note(
             f"{path.name}" + (f" with draft {draft_path.name}" if draft_path else "")

@@ -48,6 +48,18 @@ def _read_prompt(argument: str | None, file: Path | None) -> str:
     return prompt
 
 
+def _kv(value: str) -> str:
+    if value not in ("f16", "q8_0", "q4_0"):
+        raise typer.BadParameter("use f16, q8_0 or q4_0", param_hint="--kv-type")
+    return value
+
+
+def _layers(value: str) -> str:
+    if value not in ("auto", "all") and not value.isdigit():
+        raise typer.BadParameter("use auto, all or a number of layers", param_hint="--gpu-layers")
+    return value
+
+
 def _looks_like_model(arg: str) -> bool:
     if arg.endswith(".gguf") or "/" in arg or "\\" in arg:
         return True
@@ -106,11 +118,15 @@ def run(
     show_draft: bool = typer.Option(
         False, "--show-draft", help="Colour the tokens that came from accepted drafts (on a terminal)."
     ),
+    kv_type: str = typer.Option("f16", "--kv-type", help="KV cache type: f16, q8_0 or q4_0."),
+    gpu_layers: str = typer.Option("auto", "--gpu-layers", help="Target layers on the GPU: auto (planned), all, or N."),
+    draft_gpu_layers: str = typer.Option("auto", "--draft-gpu-layers", help="Draft layers on the GPU: auto, all, or N."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     stats: bool = typer.Option(False, "--stats", help="Print speed and token counts on stderr."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log and details."),
 ) -> None:
-    from localspec.engine import Engine, EngineConfig, backend
+    from localspec.engine import EngineConfig, backend
+    from localspec.loader import describe, load_engine, plan_for
     from localspec.resolve import resolve_model
 
     if raw and system:
@@ -137,9 +153,15 @@ def run(
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
         request = Request(messages=messages, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
 
-    engine = Engine(
+    layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type=_kv(kv_type),
+                      gpu_layers=_layers(gpu_layers), draft_gpu_layers=_layers(draft_gpu_layers))
+    if verbose:
+        terminal.note(describe(layout))
+    engine = load_engine(
         path,
-        EngineConfig(n_ctx=ctx_size, n_threads=threads, draft_model=draft_path, spec=speculation),
+        EngineConfig(n_threads=threads, draft_model=draft_path, spec=speculation),
+        layout,
+        note=terminal.note,
     )
     colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
     try:

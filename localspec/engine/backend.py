@@ -434,6 +434,13 @@ class Context:
                     "lower --ctx-size or the number of slots.",
                     detail=log,
                 )
+            if kv_type != "f16":
+                raise ContextError(
+                    f"llama.cpp could not create a context with a {kv_type} KV cache for "
+                    f"{model.path.name} (a quantised cache needs flash attention and a head size "
+                    "it supports); use --kv-type f16.",
+                    detail=log,
+                )
             raise ContextError(
                 f"llama.cpp could not create a context of {n_ctx} tokens for "
                 f"{model.path.name}.",

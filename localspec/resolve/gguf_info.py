@@ -51,7 +51,7 @@ def read_info(path: str | Path) -> ModelInfo:
     try:
         reader = gguf.GGUFReader(str(path), "r")
     except Exception as exc:  # the exception types vary with the damage
-        raise ModelLoadError(f"Cannot read the GGUF header of {path}: {exc}.") from exc
+        raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({exc}).") from exc
     try:
         if len(reader.tensors) > MAX_TENSORS or len(reader.fields) > MAX_KV:
             raise ModelLoadError(f"{path} declares an implausible number of tensors or keys.")
@@ -117,7 +117,7 @@ def read_info(path: str | Path) -> ModelInfo:
     except ModelLoadError:
         raise
     except Exception as exc:
-        raise ModelLoadError(f"The GGUF header of {path} is damaged: {exc}.") from exc
+        raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({exc}).") from exc
 
 
 def _first(value):

@@ -67,3 +67,27 @@ def test_doctor_reports_the_cpu_build_and_how_to_fix_it(monkeypatch):
     assert any("Hub cannot be reached" in p for p in data["problems"])
     text = runner.invoke(app, ["doctor"])
     assert text.exit_code == 0 and "fix:" in text.stdout
+
+
+def test_run_prints_its_plan_under_verbose(tiny_model: Path):
+    res = CliRunner().invoke(app, ["run", str(tiny_model), "--raw", "hi", "-n", "2", "--verbose"])
+    assert res.exit_code == 0, res.stderr
+    assert "plan: context 2048 x 1 slot(s), KV f16" in res.stderr
+    assert "target 0/2 layers on GPU" in res.stderr
+
+
+def test_a_quantised_kv_cache_is_what_the_plan_says(smollm2: Path):
+    info = read_info(smollm2)
+    model = backend.Model(smollm2)
+    try:
+        for kv_type in ("q8_0", "q4_0"):
+            ctx = backend.Context(model, n_ctx=2048, kv_type=kv_type)
+            assert kv_bytes(info, 2048, kv_type) == pytest.approx(ctx.reported_kv_bytes, rel=0.10)
+            ctx.close()
+    finally:
+        model.close()
+
+
+def test_an_unsupported_quantised_kv_cache_is_one_sentence(tiny_model: Path):
+    res = CliRunner().invoke(app, ["run", str(tiny_model), "--raw", "hi", "--kv-type", "q8_0"])
+    assert res.exit_code == 1 and "use --kv-type f16" in res.stderr and "Traceback" not in res.stderr

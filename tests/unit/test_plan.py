@@ -88,3 +88,31 @@ def test_a_context_that_does_not_fit_in_ram_is_one_clear_error():
     small_ram = Device("cpu", "cpu", 8 * GiB, 8 * GiB)
     with pytest.raises(OutOfMemory, match="GiB of CPU memory"):
         plan(Q7B, [small_ram], ctx_size=131072, slots=4)
+
+
+def test_loading_retries_with_fewer_gpu_layers_then_gives_up(monkeypatch):
+    """The retry policy around llama.cpp's out-of-memory failure (the failure itself is
+    simulated: no GPU here)."""
+    from localspec import loader
+    from localspec.engine import EngineConfig
+
+    tries: list[int] = []
+
+    def fake_engine(limit):
+        class FakeEngine:
+            def __init__(self, path, config):
+                tries.append(config.n_gpu_layers)
+                if config.n_gpu_layers > limit:
+                    raise OutOfMemory("out of memory")
+        return FakeEngine
+
+    p = plan(Q7B, [CPU, gpu(24)], gpu_layers=28)
+    notes: list[str] = []
+    monkeypatch.setattr(loader, "Engine", fake_engine(10))
+    loader.load_engine(Path("/models/7b.gguf"), EngineConfig(), p, notes.append)
+    assert tries == [28, 14, 7] and len(notes) == 2
+    tries.clear()
+    monkeypatch.setattr(loader, "Engine", fake_engine(-1))
+    with pytest.raises(OutOfMemory, match="even with"):
+        loader.load_engine(Path("/models/7b.gguf"), EngineConfig(), p)
+    assert tries == [28, 14, 7]
