@@ -222,6 +222,7 @@ class RunRecord:
     identical: bool = True
     first_difference: int | None = None
     plain_margin: float | None = None  # plain run's top-2 logit gap at the first difference
+    llama_cpp_tokens_per_s: float | None = None  # raw llama.cpp on the same prompt (plain rows)
 
 
 def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: str):
@@ -253,8 +254,10 @@ def run(
     max_tokens: int = 256,
     sweep: list[int] | None = None,
     on_record: Callable[[RunRecord], None] | None = None,
+    reference: Callable[[list[int], int], float] | None = None,
 ) -> list[RunRecord]:
-    """Plain, then every mode (and every draft_max of ``sweep``), for each prompt."""
+    """Plain, then every mode (and every draft_max of ``sweep``), for each prompt; with
+    ``reference`` (prompt tokens, max tokens -> tok/s), raw llama.cpp on the same prompt."""
     base = engine.spec
     records: list[RunRecord] = []
     _generate(engine, BenchPrompt("warm-up", "warm-up", "Say hello."), 8, "off")
@@ -262,6 +265,9 @@ def run(
         plain, res = _generate(engine, prompt, max_tokens, "off")
         plain_tps = res.timings.decode_tokens_per_s
         rec = RunRecord(prompt.name, prompt.kind, "off", None, len(plain), plain_tps, 1.0, "off")
+        if reference is not None:
+            tokens, _ = engine.prepare(Request(messages=[Message("user", prompt.prompt)]))
+            rec.llama_cpp_tokens_per_s = reference(tokens, len(plain))
         records.append(rec)
         if on_record:
             on_record(rec)

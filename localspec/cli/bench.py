@@ -32,7 +32,10 @@ def _table(records, model: str) -> Table:
     table.add_column("same output")
     for r in records:
         if r.mode == "off":
-            table.add_row(r.prompt, "plain", "", f"{r.decode_tokens_per_s:.1f}", "1.00x", "", "", "", "")
+            ref = (f"llama.cpp {r.llama_cpp_tokens_per_s:.1f} tok/s: localspec "
+                   f"{r.decode_tokens_per_s / r.llama_cpp_tokens_per_s:.2f}x"
+                   if r.llama_cpp_tokens_per_s else "")
+            table.add_row(r.prompt, "plain", "", f"{r.decode_tokens_per_s:.1f}", "1.00x", "", "", "", ref)
             continue
         top = sorted(r.draft_lengths.items(), key=lambda kv: -kv[1])[:3]
         same = "yes" if r.identical else f"no, at {r.first_difference}" + (
@@ -45,6 +48,13 @@ def _table(records, model: str) -> Table:
             " ".join(f"{k}:{n}" for k, n in top), same,
         )
     return table
+
+
+def _progress(r) -> None:
+    line = f"  {r.prompt:<14} {r.mode:<6} {r.decode_tokens_per_s:6.1f} tok/s  {r.ratio:.2f}x"
+    if r.llama_cpp_tokens_per_s:
+        line += f"  (raw llama.cpp {r.llama_cpp_tokens_per_s:.1f} tok/s)"
+    terminal.note(line)
 
 
 @user_errors
@@ -71,6 +81,9 @@ def bench(
     draft_p_min: float = _S["draft_p_min"],
     ngram_min: int = _S["ngram_min"],
     ngram_max: int = _S["ngram_max"],
+    vs_llama_cpp: bool = typer.Option(
+        False, "--vs-llama-cpp", help="Also decode each prompt plainly with llama-cpp-python's own Llama class, for a raw llama.cpp yardstick."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout (the table goes to stderr)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
 ) -> None:
@@ -112,10 +125,13 @@ def bench(
             f"{path.name}" + (f" with draft {draft_path.name}" if draft_path else "")
             + f" · {len(prompts)} prompts · modes plain, {', '.join(mode_list)} · {max_tokens} tokens, greedy"
         )
+        def reference(tokens: list[int], n: int) -> float:
+            return backend.reference_decode_rate(path, tokens, n, n_ctx=engine.n_ctx, n_threads=threads)
+
         records = lib.run(
             engine, prompts, mode_list, max_tokens=max_tokens, sweep=sweep_values,
-            on_record=lambda r: terminal.note(
-                f"  {r.prompt:<14} {r.mode:<6} {r.decode_tokens_per_s:6.1f} tok/s  {r.ratio:.2f}x"),
+            reference=reference if vs_llama_cpp else None,
+            on_record=_progress,
         )
         costs = {b: round(t * 1e3, 2) for b, t in engine.costs.snapshot().items()}
         draft_ms = round(engine.costs.draft_step * 1e3, 2)

@@ -157,6 +157,50 @@ def backends() -> list[str]:
             for i in range(lib.ggml_backend_reg_count())]
 
 
+def reference_decode_rate(path: Path, prompt: list[int], max_tokens: int, *, n_ctx: int, n_threads: int | None) -> float:
+    """Plain greedy decode tokens/s through llama-cpp-python's high-level ``Llama`` on the
+    same prompt tokens: the raw-llama.cpp yardstick that ``bench --vs-llama-cpp`` prints.
+
+    It runs in a child process: this llama.cpp build uses OpenMP, whose worker threads
+    belong to the calling thread and spin after each decode, so a second caller thread in
+    the same process slows both (measured: 15.3 -> 11 tok/s here)."""
+    import json
+    import subprocess
+
+    args = json.dumps({"path": str(path), "prompt": prompt, "max_tokens": max_tokens,
+                       "n_ctx": n_ctx, "n_threads": n_threads})
+    proc = subprocess.run(
+        [sys.executable, "-m", "localspec.engine.backend"], input=args, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise DecodeError("The llama-cpp-python reference run failed.", detail=proc.stderr[-2000:])
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def _reference_in_process(path: Path, prompt: list[int], max_tokens: int, n_ctx: int, n_threads: int | None) -> float:
+    import time
+
+    _init()
+    llm = lc.Llama(
+        model_path=str(path), n_ctx=n_ctx, n_threads=n_threads or default_threads(),
+        n_threads_batch=n_threads or default_threads(), verbose=False,
+    )
+    try:
+        first = last = None
+        n = 0
+        for _ in llm.generate(prompt, temp=0.0, top_k=1, repeat_penalty=1.0, reset=True):
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            n += 1
+            if n >= max_tokens:
+                break
+        return (n - 1) / (last - first) if n > 1 and last > first else 0.0
+    finally:
+        llm.close()
+        lc.llama_log_set(_on_log, ctypes.c_void_p(0))  # Llama installs its own logger
+
+
 def library_version() -> str:
     return getattr(lc, "__version__", "unknown")
 
@@ -508,3 +552,10 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+if __name__ == "__main__":  # the child process of reference_decode_rate
+    import json
+
+    _req = json.loads(sys.stdin.read())
+    print(_reference_in_process(Path(_req["path"]), _req["prompt"], _req["max_tokens"], _req["n_ctx"], _req["n_threads"]))

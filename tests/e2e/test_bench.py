@@ -89,3 +89,11 @@ def test_bad_speculation_options_are_usage_errors(tiny_model: Path):
     assert runner.invoke(app, ["run", str(tiny_model), "hi", "--spec", "fast"]).exit_code == 2
     assert runner.invoke(app, ["run", str(tiny_model), "hi", "--draft-min", "9", "--draft-max", "4"]).exit_code == 2
     assert runner.invoke(app, ["bench", str(tiny_model), "--modes", "draft"]).exit_code == 2
+
+
+def test_bench_against_raw_llama_cpp(tiny_model: Path):
+    res = runner.invoke(app, ["bench", str(tiny_model), "-n", "16", "--only", "chat", "--vs-llama-cpp", "--json"])
+    assert res.exit_code == 0, res.stderr
+    plain = [r for r in json.loads(res.stdout)["runs"] if r["mode"] == "off"]
+    assert plain and all(r["llama_cpp_tokens_per_s"] > 0 for r in plain)
+    assert "llama.cpp" in res.stderr
