@@ -11,6 +11,9 @@ from tinymodels import TinySpec, write_tiny_model
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Tests measure costs afresh and leave the user's cost cache alone (one test turns it on).
+os.environ["LOCALSPEC_NO_COST_CACHE"] = "1"
+
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.engine import backend, templates
+from localspec.engine import backend, costs_cache, templates
 from localspec.engine.draft import DraftModel, check_pair
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin
 from localspec.engine.speculate import MODES, SlotSpec, SpecConfig, verify
@@ -139,7 +139,8 @@ class Engine:
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         self.load_s = time.perf_counter() - t0
         self._batch = backend.Batch(config.n_batch)
-        self.speculator = Speculator(self.spec, self.draft, self.n_ctx)
+        self._costs_key = costs_cache.key(model_path, config.draft_model, config.n_threads, config.kv_type)
+        self.speculator = Speculator(self.spec, self.draft, self.n_ctx, costs_cache.load(self._costs_key))
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._waiting: list[_Job] = []
@@ -210,6 +211,8 @@ class Engine:
         self._inbox.put(None)
         self._thread.join()
         self._batch.close()
+        if self.speculator.calibrated:
+            costs_cache.save(self._costs_key, self.speculator.costs)
         if self.draft is not None:
             self.draft.close()
         self.ctx.close()

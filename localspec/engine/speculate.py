@@ -244,6 +244,18 @@ class Costs:
     def snapshot(self) -> dict[int, float]:
         return dict(sorted(self._target.items()))
 
+    def to_dict(self) -> dict:
+        return {"target": {str(b): t for b, t in self._target.items()}, "draft_step": self.draft_step,
+                "draft_per_token": self.draft_per_token}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Costs:
+        costs = cls()
+        costs._target = {int(b): float(t) for b, t in data.get("target", {}).items()}
+        costs.draft_step = float(data.get("draft_step", 0.0))
+        costs.draft_per_token = float(data.get("draft_per_token", 0.0))
+        return costs
+
 
 def choose_k(
     acceptance: Acceptance,

@@ -35,12 +35,13 @@ class Plan(NamedTuple):
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, draft: DraftModel | None, n_ctx: int) -> None:
+    def __init__(self, config: SpecConfig, draft: DraftModel | None, n_ctx: int, costs: Costs | None = None) -> None:
         self.config = config
         self.draft = draft
         self.n_ctx = n_ctx
-        self.costs = Costs()
-        self.calibrated = False
+        self.costs = costs or Costs()
+        # costs remembered from an earlier run on this machine need no new measurement
+        self.calibrated = costs is not None and bool(costs.snapshot())
 
     def start(self, prompt: list[int], mode: str) -> tuple[str, SlotSpec | None]:
         """A new request's effective mode and speculation state."""

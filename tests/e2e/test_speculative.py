@@ -164,3 +164,19 @@ def test_a_draft_with_another_vocabulary_is_refused(tiny_model: Path, tiny_other
 def test_draft_mode_without_a_draft_model_is_refused(tiny_model: Path):
     with pytest.raises(InvalidRequest, match="draft model"):
         engine(tiny_model, None, mode="draft")
+
+
+def test_measured_costs_are_remembered_for_the_next_engine(tiny_model: Path, tmp_path: Path, monkeypatch):
+    from localspec.engine import costs_cache
+
+    monkeypatch.delenv("LOCALSPEC_NO_COST_CACHE")
+    monkeypatch.setattr(costs_cache, "_path", lambda: tmp_path / "costs.json")
+    with engine(tiny_model, mode="ngram") as first:
+        first.generate(Request(prompt="abc", sampling=GREEDY, max_tokens=4))
+        measured = first.costs.snapshot()
+    assert set(measured) >= {1, 2, 4, 8, 16}
+    with engine(tiny_model, mode="ngram") as second:
+        assert second.speculator.calibrated  # nothing to measure again
+        assert set(second.costs.snapshot()) >= set(measured)
+    with engine(tiny_model, mode="ngram", draft_max=4) as other_threads:
+        assert other_threads.speculator.calibrated  # same file, threads, KV type: same key
