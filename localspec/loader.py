@@ -28,7 +28,10 @@ def plan_for(
     kv_type: str,
     gpu_layers: str | None = None,
     draft_gpu_layers: str | None = None,
+    gpu_memory: int | None = None,
 ) -> Plan:
+    """The plan for these files on this machine's devices (or on a GPU of ``gpu_memory``
+    bytes that is not here)."""
     from localspec import devices
     from localspec.plan import parse_layers
 
@@ -36,7 +39,7 @@ def plan_for(
     draft_info = read_info(draft) if draft else None
     return plan(
         target,
-        devices.detect(),
+        devices.detect(gpu_memory),
         draft=draft_info,
         ctx_size=ctx_size,
         slots=slots,

@@ -103,3 +103,17 @@ def spec_config(spec: str, draft_max: int, draft_min: int, draft_p_min: float, n
         mode=mode, draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min,
         ngram_min=ngram_min, ngram_max=ngram_max,
     )
+
+
+def check_kv_type(value: str) -> str:
+    """--kv-type: one of the cache types llama.cpp takes (a usage error otherwise)."""
+    if value not in ("f16", "q8_0", "q4_0"):
+        raise typer.BadParameter("use f16, q8_0 or q4_0", param_hint="--kv-type")
+    return value
+
+
+def check_layers(value: str, flag: str = "--gpu-layers") -> str:
+    """--gpu-layers / --draft-gpu-layers: auto, all, or a number of layers."""
+    if value not in ("auto", "all") and not value.isdigit():
+        raise typer.BadParameter("use auto, all or a number of layers", param_hint=flag)
+    return value

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from localspec.cli._common import user_errors
+from localspec.cli._common import check_kv_type, check_layers, user_errors
 from localspec.outputs import terminal
 
 HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
@@ -60,24 +60,16 @@ def plan_command(
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Plan for a GPU of this size instead (e.g. 8GiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
-    from localspec import devices as dev
-    from localspec import plan as planner
+    from localspec.devices import parse_size
+    from localspec.loader import plan_for
     from localspec.resolve import resolve_model
-    from localspec.resolve.gguf_info import read_info
 
-    if kv_type not in planner.KV_BYTES_PER_ELEMENT:
-        raise typer.BadParameter("use f16, q8_0 or q4_0", param_hint="--kv-type")
-    target = read_info(resolve_model(model))
-    draft_info = read_info(resolve_model(draft)) if draft else None
-    try:
-        t_layers = planner.parse_layers(gpu_layers, target)
-        d_layers = planner.parse_layers(draft_gpu_layers, draft_info) if draft_info else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--gpu-layers") from None
-    devices = dev.detect(dev.parse_size(gpu_memory) if gpu_memory else None)
-    p = planner.plan(
-        target, devices, draft=draft_info, ctx_size=ctx_size, slots=slots, kv_type=kv_type,
-        gpu_layers=t_layers, draft_gpu_layers=d_layers,
+    p = plan_for(
+        resolve_model(model), resolve_model(draft) if draft else None,
+        ctx_size=ctx_size, slots=slots, kv_type=check_kv_type(kv_type),
+        gpu_layers=check_layers(gpu_layers),
+        draft_gpu_layers=check_layers(draft_gpu_layers, "--draft-gpu-layers"),
+        gpu_memory=parse_size(gpu_memory) if gpu_memory else None,
     )
     if as_json:
         sys.stdout.write(json.dumps(plan_record(p), indent=2) + "\n")

@@ -9,7 +9,14 @@ from typing import Optional
 
 import typer
 
-from localspec.cli._common import EXIT_INTERRUPTED, spec_config, spec_options, user_errors
+from localspec.cli._common import (
+    EXIT_INTERRUPTED,
+    check_kv_type,
+    check_layers,
+    spec_config,
+    spec_options,
+    user_errors,
+)
 from localspec.errors import InvalidRequest, LocalspecError
 from localspec.outputs import terminal
 from localspec.outputs.records import result_record
@@ -46,18 +53,6 @@ def _read_prompt(argument: str | None, file: Path | None) -> str:
             "The prompt is empty; give it as an argument, with -f FILE, or on stdin."
         )
     return prompt
-
-
-def _kv(value: str) -> str:
-    if value not in ("f16", "q8_0", "q4_0"):
-        raise typer.BadParameter("use f16, q8_0 or q4_0", param_hint="--kv-type")
-    return value
-
-
-def _layers(value: str) -> str:
-    if value not in ("auto", "all") and not value.isdigit():
-        raise typer.BadParameter("use auto, all or a number of layers", param_hint="--gpu-layers")
-    return value
 
 
 def _looks_like_model(arg: str) -> bool:
@@ -153,8 +148,9 @@ def run(
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
         request = Request(messages=messages, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
 
-    layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type=_kv(kv_type),
-                      gpu_layers=_layers(gpu_layers), draft_gpu_layers=_layers(draft_gpu_layers))
+    layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type=check_kv_type(kv_type),
+                      gpu_layers=check_layers(gpu_layers),
+                      draft_gpu_layers=check_layers(draft_gpu_layers, "--draft-gpu-layers"))
     if verbose:
         terminal.note(describe(layout))
     engine = load_engine(
