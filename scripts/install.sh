@@ -7,8 +7,8 @@
 #
 # llama.cpp's default "native" CPU build crashes on some virtual machines (it enables AMX
 # where the hypervisor does not allow it), so on x86-64 this builds a portable binary with
-# the instruction sets /proc/cpuinfo reports and AMX off. With an NVIDIA GPU (nvcc or
-# nvidia-smi present) it builds CUDA; on macOS, Metal (llama.cpp's default there).
+# the instruction sets /proc/cpuinfo reports and AMX off. With an NVIDIA GPU (nvidia-smi
+# lists one and nvcc is installed) it builds CUDA; on macOS, Metal (llama.cpp's default there).
 # LOCALSPEC_CMAKE_ARGS, if set, replaces the flags chosen here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,9 @@ cmake_args() {
   if [ -n "${LOCALSPEC_CMAKE_ARGS:-}" ]; then echo "$LOCALSPEC_CMAKE_ARGS"; return; fi
   if [ "$(uname -s)" = Darwin ]; then echo "-DGGML_METAL=on"; return; fi
   local args="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
-  if command -v nvcc >/dev/null 2>&1 || command -v nvidia-smi >/dev/null 2>&1; then
+  # CUDA only where there is a GPU to run it and a toolkit to build it: a CUDA compiler
+  # alone (some images ship nvcc without cuBLAS or a driver) would fail the build.
+  if command -v nvcc >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     args="$args -DGGML_CUDA=on"
   fi
   if [ -r /proc/cpuinfo ] && [ "$(uname -m)" = x86_64 ]; then
