@@ -61,3 +61,30 @@ class EngineClosed(LocalspecError):
 
 class DraftMismatch(LocalspecError):
     """The draft model's tokenizer does not match the target's."""
+
+
+class InvalidModelName(LocalspecError):
+    """A model name that is neither a path nor a well-formed Hub name."""
+
+
+class HubError(LocalspecError):
+    """The Hub answered, but not with the model asked for (no repo, no GGUF, no quant,
+    gated without a token, a download that does not match its checksum)."""
+
+    http_status = 404
+
+
+class HubUnreachable(LocalspecError):
+    """The Hub (or HF_ENDPOINT) cannot be reached."""
+
+    http_status = 503
+
+
+class NotInCache(LocalspecError):
+    """Offline, and the model is not in the Hugging Face cache."""
+
+    http_status = 404
+
+
+class ProfileError(LocalspecError):
+    """A profile that does not exist or does not validate."""

@@ -57,6 +57,13 @@ def tiny_engine(tiny_model: Path):
 
 
 @pytest.fixture(scope="session")
+def tiny_split(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """``tiny_model`` written as two gguf-split parts."""
+    first = write_tiny_model(tmp_path_factory.mktemp("split") / "tiny-Q8_0.gguf", TinySpec(seed=0), split_max_tensors=12)
+    return sorted(first.parent.glob("tiny-Q8_0-*-of-*.gguf"))
+
+
+@pytest.fixture(scope="session")
 def tiny_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A draft for ``tiny_model``: the same vocabulary, its weights perturbed (it agrees
     with the target often, not always)."""

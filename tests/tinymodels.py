@@ -113,7 +113,9 @@ def _weights(spec: TinySpec) -> dict[str, np.ndarray]:
     return t
 
 
-def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
+def write_tiny_model(path: Path, spec: TinySpec = TinySpec(), split_max_tensors: int = 0) -> Path:
+    """Write the model; with ``split_max_tensors`` as llama.cpp's gguf-split parts
+    (``stem-00001-of-0000N.gguf`` ...), returning the first part."""
     tensors = _weights(spec)
     if spec.base_seed is not None:
         base = _weights(TinySpec(**{**spec.__dict__, "seed": spec.base_seed, "base_seed": None}))
@@ -127,7 +129,7 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
             for k in base
         }
     tokens, types, merges = vocabulary(spec.vocab_variant)
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     w.add_name(f"tiny-{spec.seed}")
     w.add_context_length(spec.n_ctx)
     w.add_embedding_length(spec.n_embd)
@@ -155,4 +157,6 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec()) -> Path:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if split_max_tensors:
+        return sorted(path.parent.glob(f"{path.stem}-00001-of-*.gguf"))[0]
     return path
