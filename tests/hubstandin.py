@@ -69,7 +69,7 @@ class StandinHub:
         Handler.hub = hub
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def stop(self) -> None:

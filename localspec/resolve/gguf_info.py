@@ -1,20 +1,47 @@
 """What a GGUF header says about a model, read without llama.cpp and without the weights.
 
-The header is memory-mapped by ``gguf.GGUFReader``; hard caps refuse absurd counts before
-anything large is touched, and any parse failure becomes one ModelLoadError sentence.
+The header is parsed by ``gguf_header`` from a memory map (only its pages are read) or
+from a prefix fetched over HTTP; any parse failure becomes one ModelLoadError sentence.
 """
 
 from __future__ import annotations
 
+import hashlib
+import mmap
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.errors import ModelLoadError
+from localspec.resolve.gguf_header import BadHeader, Header, Incomplete, parse
 
-MAX_TENSORS = 100_000
-MAX_KV = 100_000
 _LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """What decides whether two models can share drafts: the token list and the specials."""
+
+    model: str
+    n_vocab: int
+    bos_id: int | None
+    eos_id: int | None
+    eot_id: int | None
+    tokens_sha256: str
+
+    @property
+    def fingerprint(self) -> str:
+        return self.tokens_sha256[:16]
+
+    def differences(self, other: Tokenizer) -> list[str]:
+        out = []
+        for what in ("model", "n_vocab", "bos_id", "eos_id", "eot_id"):
+            a, b = getattr(self, what), getattr(other, what)
+            if a != b:
+                out.append(f"{what.replace('n_vocab', 'vocab size').replace('_id', ' id')} {a} vs {b}")
+        if not out and self.tokens_sha256 != other.tokens_sha256:
+            out.append("the token texts differ")
+        return out
 
 
 @dataclass(frozen=True)
@@ -38,39 +65,54 @@ class ModelInfo:
     embedding_bytes: int = 0  # token_embd.weight: stays on the CPU in llama.cpp
     other_bytes: int = 0
     has_chat_template: bool = False
+    n_params: int = 0
+    size_label: str | None = None
+    tokenizer: Tokenizer | None = field(default=None, repr=False)
 
     @property
     def weights_bytes(self) -> int:
         return sum(self.layer_bytes) + self.output_bytes + self.embedding_bytes + self.other_bytes
 
+    @property
+    def quant(self) -> str | None:
+        """The file type's name as quant tags are written (``Q4_K_M``)."""
+        if self.file_type is None:
+            return None
+        import gguf
+
+        try:
+            name = gguf.LlamaFileType(self.file_type).name
+        except ValueError:
+            return None
+        return name.removeprefix("MOSTLY_").replace("ALL_", "")
+
 
 def read_info(path: str | Path) -> ModelInfo:
-    import gguf
-
     path = Path(path)
     try:
-        reader = gguf.GGUFReader(str(path), "r")
-    except Exception as exc:  # the exception types vary with the damage
-        raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({exc}).") from exc
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            header = parse(buf)
+            size = len(buf)
+    except (Incomplete, BadHeader, ValueError, OSError) as exc:
+        reason = "it ends inside the header" if isinstance(exc, Incomplete) else str(exc)
+        raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({reason}).") from exc
+    return info_from_header(header, path, size)
+
+
+def info_from_header(header: Header, path: Path, file_bytes: int) -> ModelInfo:
     try:
-        if len(reader.tensors) > MAX_TENSORS or len(reader.fields) > MAX_KV:
-            raise ModelLoadError(f"{path} declares an implausible number of tensors or keys.")
+        kv = header.kv
 
         def get(key: str, default=None):
-            f = reader.fields.get(key)
-            if f is None or not f.data:
-                return default
-            try:
-                return f.contents()
-            except Exception:
-                return default
+            value = kv.get(key)
+            return default if value is None else value
 
         arch = str(get("general.architecture", "unknown"))
 
         def hp(name: str, default=0):
             return get(f"{arch}.{name}", default)
 
-        n_head = int(hp("attention.head_count", 0) or 0)
+        n_head = int(_first(hp("attention.head_count", 0)) or 0)
         n_head_kv_raw = hp("attention.head_count_kv", n_head)
         if isinstance(n_head_kv_raw, list):  # per-layer counts (some architectures)
             n_head_kv_raw = max(n_head_kv_raw) if n_head_kv_raw else n_head
@@ -79,10 +121,11 @@ def read_info(path: str | Path) -> ModelInfo:
         head_dim = n_embd // n_head if n_head else 0
         n_layer = int(hp("block_count", 0) or 0)
         layers = [0] * n_layer
-        output = embedding = other = 0
-        for t in reader.tensors:
+        output = embedding = other = params = 0
+        for t in header.tensors:
             m = _LAYER.match(t.name)
-            size = int(t.n_bytes)
+            size = t.n_bytes
+            params += t.n_elements
             if m and int(m.group(1)) < n_layer:
                 layers[int(m.group(1))] += size
             elif t.name.startswith("output"):
@@ -91,8 +134,7 @@ def read_info(path: str | Path) -> ModelInfo:
                 embedding += size
             else:
                 other += size
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
-        n_vocab = len(tokens.data) if tokens is not None else 0
+        n_vocab = header.array_lengths.get("tokenizer.ggml.tokens", 0)
         return ModelInfo(
             path=path,
             architecture=arch,
@@ -107,17 +149,41 @@ def read_info(path: str | Path) -> ModelInfo:
             n_vocab=n_vocab,
             context_length=int(hp("context_length", 0) or 0),
             file_type=get("general.file_type"),
-            file_bytes=path.stat().st_size,
+            file_bytes=file_bytes,
             layer_bytes=layers,
             output_bytes=output,
             embedding_bytes=embedding,
             other_bytes=other,
-            has_chat_template="tokenizer.chat_template" in reader.fields,
+            has_chat_template="tokenizer.chat_template" in kv,
+            n_params=params,
+            size_label=get("general.size_label"),
+            tokenizer=_tokenizer(kv, n_vocab),
         )
-    except ModelLoadError:
-        raise
     except Exception as exc:
         raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({exc}).") from exc
+
+
+def _tokenizer(kv: dict, n_vocab: int) -> Tokenizer | None:
+    tokens = kv.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list):
+        return None
+    digest = hashlib.sha256()
+    for t in tokens:
+        digest.update(t)
+        digest.update(b"\0")
+
+    def special(name: str) -> int | None:
+        value = kv.get(f"tokenizer.ggml.{name}_token_id")
+        return int(value) if isinstance(value, int) else None
+
+    return Tokenizer(
+        model=str(kv.get("tokenizer.ggml.model", "")),
+        n_vocab=n_vocab,
+        bos_id=special("bos"),
+        eos_id=special("eos"),
+        eot_id=special("eot"),
+        tokens_sha256=digest.hexdigest(),
+    )
 
 
 def _first(value):
