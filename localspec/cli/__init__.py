@@ -9,7 +9,11 @@ import typer
 from localspec import __version__
 from localspec.cli import bench as _bench
 from localspec.cli import doctor as _doctor
+from localspec.cli import info as _info
+from localspec.cli import ls as _ls
 from localspec.cli import plan as _plan
+from localspec.cli import pull as _pull
+from localspec.cli import rm as _rm
 from localspec.cli import run as _run
 
 app = typer.Typer(
@@ -40,6 +44,10 @@ def _root(
 app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
+app.command("pull", help=_pull.HELP, epilog=_pull.EPILOG)(_pull.pull)
+app.command("ls", help=_ls.HELP, epilog=_ls.EPILOG)(_ls.ls)
+app.command("rm", help=_rm.HELP, epilog=_rm.EPILOG)(_rm.rm)
+app.command("info", help=_info.HELP, epilog=_info.EPILOG)(_info.info)
 app.command("doctor", help=_doctor.HELP, epilog=_doctor.EPILOG)(_doctor.doctor)
 
 

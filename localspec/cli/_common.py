@@ -117,3 +117,16 @@ def check_layers(value: str, flag: str = "--gpu-layers") -> str:
     if value not in ("auto", "all") and not value.isdigit():
         raise typer.BadParameter("use auto, all or a number of layers", param_hint=flag)
     return value
+
+
+def offline_option():
+    return typer.Option(
+        False, "--offline", envvar="LOCALSPEC_OFFLINE",
+        help="Use the Hugging Face cache only, never the network (HF_HUB_OFFLINE=1 does the same).",
+    )
+
+
+MODEL_HELP = (
+    "A model: a .gguf path, a Hub name (org/repo, org/repo:Q8_0, org/repo/file.gguf, "
+    "@revision) or a profile name."
+)

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from localspec.cli._common import spec_config, spec_options, user_errors
+from localspec.cli._common import offline_option, spec_config, spec_options, user_errors
 from localspec.outputs import terminal
 
 HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
@@ -86,11 +86,12 @@ def bench(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout (the table goes to stderr)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+    offline: bool = offline_option(),
 ) -> None:
     from localspec import bench as lib
     from localspec.engine import EngineConfig, backend
     from localspec.loader import describe, load_engine, plan_for
-    from localspec.resolve import resolve_model
+    from localspec.cli._models import resolve
 
     mode_list = [m.strip().lower() for m in modes.split(",")] if modes else (
         ["ngram", "draft", "auto"] if draft else ["ngram"])
@@ -113,8 +114,8 @@ def bench(
         if not prompts:
             raise typer.BadParameter(f"no prompt's name or kind contains {only!r}", param_hint="--only")
     backend.set_verbose(verbose)
-    path = resolve_model(model)
-    draft_path = resolve_model(draft) if draft else None
+    path = resolve(model, offline=offline, verbose=verbose)
+    draft_path = resolve(draft, offline=offline, verbose=verbose) if draft else None
     layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type="f16")
     if verbose:
         terminal.note(describe(layout))

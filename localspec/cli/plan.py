@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from localspec.cli._common import check_kv_type, check_layers, user_errors
+from localspec.cli._common import offline_option, check_kv_type, check_layers, user_errors
 from localspec.outputs import terminal
 
 HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
@@ -59,13 +59,14 @@ def plan_command(
     draft_gpu_layers: str = typer.Option("auto", "--draft-gpu-layers", help="auto, all, or a number of layers."),
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Plan for a GPU of this size instead (e.g. 8GiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    offline: bool = offline_option(),
 ) -> None:
     from localspec.devices import parse_size
     from localspec.loader import plan_for
-    from localspec.resolve import resolve_model
+    from localspec.cli._models import resolve
 
     p = plan_for(
-        resolve_model(model), resolve_model(draft) if draft else None,
+        resolve(model, offline=offline), resolve(draft, offline=offline) if draft else None,
         ctx_size=ctx_size, slots=slots, kv_type=check_kv_type(kv_type),
         gpu_layers=check_layers(gpu_layers),
         draft_gpu_layers=check_layers(draft_gpu_layers, "--draft-gpu-layers"),

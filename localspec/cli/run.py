@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from localspec.cli._common import (
+    offline_option,
     EXIT_INTERRUPTED,
     check_kv_type,
     check_layers,
@@ -119,10 +120,11 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     stats: bool = typer.Option(False, "--stats", help="Print speed and token counts on stderr."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log and details."),
+    offline: bool = offline_option(),
 ) -> None:
     from localspec.engine import EngineConfig, backend
     from localspec.loader import describe, load_engine, plan_for
-    from localspec.resolve import resolve_model
+    from localspec.cli._models import resolve
 
     if raw and system:
         raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
@@ -130,8 +132,8 @@ def run(
     model, prompt = _split_model_and_prompt(model, prompt)
     text = _read_prompt(prompt, file)
     backend.set_verbose(verbose)
-    path = resolve_model(model)
-    draft_path = resolve_model(draft) if draft else None
+    path = resolve(model, offline=offline, verbose=verbose)
+    draft_path = resolve(draft, offline=offline, verbose=verbose) if draft else None
     sampling = SamplingParams(
         temperature=temperature,
         top_k=top_k,

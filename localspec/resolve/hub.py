@@ -1,10 +1,11 @@
 """Hub names -> GGUF files in the standard Hugging Face cache.
 
-Downloads go through ``huggingface_hub.hf_hub_download`` into ``HF_HUB_CACHE``, so files
-pulled by ``hf download`` or llama.cpp are reused and the other way round; it resumes
-from ``.incomplete`` files. What it does not do, this adds: choosing the quant, split
-files, the LFS sha256 check after a download, an offline mode that never opens a socket,
-and one sentence for each way the Hub can say no.
+Files land where ``hf download`` and llama.cpp put them (``HF_HUB_CACHE``), so each reuses
+the others' downloads. huggingface_hub lists the repo (with LFS sizes and sha256) and
+builds URLs and headers; ``download`` fetches, resumably. What this module adds: choosing
+the quant, split files, the sha256 check, an offline mode that never opens a socket, the
+GGUF header of a remote file without its weights, and one sentence for each way the Hub
+can say no.
 
 Endpoint, cache, token and offline mode are read from the environment when a ``Hub`` is
 made (not when huggingface_hub was imported), so ``HF_ENDPOINT`` / ``HF_HUB_OFFLINE``
@@ -13,15 +14,17 @@ set by a test or a profile apply.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.errors import HubError, HubUnreachable, NotInCache
+from localspec.resolve.gguf_header import BadHeader, Header, Incomplete
+from localspec.resolve.gguf_header import parse as parse_header
+from localspec.resolve.gguf_info import ModelInfo, info_from_header, read_info
 from localspec.resolve.names import HubRef
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -244,7 +247,7 @@ class Hub:
         listing = self.listing(ref)
         try:
             choice = choose(ref, listing)
-        except HubError as exc:
+        except HubError:
             if not listing.from_cache:
                 raise
             held = ", ".join(sorted({c.quant or c.parts[0].path for c in groups(listing.files)})) or "no GGUF files"
@@ -274,23 +277,26 @@ class Hub:
         return path if path.is_file() else None
 
     def _download(self, ref: HubRef, listing: Listing, part: RepoFile, progress: Progress | None) -> Path:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.utils import build_hf_headers
 
+        from localspec.resolve.download import fetch_to_cache
+
+        url = hf_hub_url(listing.repo, part.path, revision=listing.commit or listing.revision, endpoint=self.endpoint)
+        headers = build_hf_headers(token=self.token)
+        etag, size, commit = part.sha256, part.size, listing.commit
         with hub_errors(ref, part.path):
-            local = Path(
-                hf_hub_download(
-                    listing.repo,
-                    part.path,
-                    revision=listing.commit or ref.revision,
-                    cache_dir=self.cache_dir,
-                    endpoint=self.endpoint,
-                    token=self.token,
-                    tqdm_class=_progress_class(part.path, progress) if progress else None,
-                )
+            if etag is None or commit is None:  # not an LFS file: ask the Hub for its etag
+                meta = get_hf_file_metadata(url, token=self.token)
+                etag, size, commit = meta.etag, meta.size, commit or meta.commit_hash
+            if not etag or not commit:
+                raise HubError(f"The Hub gave no version for {listing.repo}/{part.path}; cannot cache it.")
+            local = fetch_to_cache(
+                url=url, headers=headers, repo_dir=self.repo_cache(listing.repo),
+                locks_dir=self.cache_dir / ".locks" / self.repo_cache(listing.repo).name,
+                commit=commit, filename=part.path, etag=etag, size=size, sha256=part.sha256,
+                label=f"{listing.repo}/{part.path}", progress=progress,
             )
-        if part.sha256:
-            verify_sha256(local, part.sha256, f"{listing.repo}/{part.path}")
-        # pin the branch too: a later offline run finds the repo through refs/<branch>
         branch = ref.revision or "main"
         if listing.commit and not re.fullmatch(r"[0-9a-f]{40}", branch):
             ref_file = self.repo_cache(listing.repo) / "refs" / branch
@@ -299,49 +305,71 @@ class Hub:
         return local
 
 
-def verify_sha256(path: Path, expected: str, name: str) -> None:
-    """The Hub's LFS sha256 against the bytes on disk; a mismatch deletes the file (the
-    blob and its snapshot link), so a bad download is never used or kept."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    got = digest.hexdigest()
-    if got != expected.lower():
-        blob = path.resolve()
-        for p in (path, blob):
+    # -- headers without the weights
+
+    def inspect(self, ref: HubRef) -> tuple[ModelInfo, Choice, Listing, bool]:
+        """The model's GGUF header facts: from the cached file if there is one, else from
+        the Hub with range requests for the header alone. The bool: read locally."""
+        listing = self.listing(ref)
+        choice = choose(ref, listing)
+        local = self._in_snapshot(listing, choice.parts[0].path)
+        if local is not None:
+            info = read_info(local)
+            remote = False
+        else:
+            if self.offline:
+                raise NotInCache(f"{ref} is not in the cache (offline mode).")
+            header, _ = self.remote_header(ref, listing, choice.parts[0])
+            info = info_from_header(header, Path(choice.parts[0].path), choice.parts[0].size or 0)
+            remote = True
+        if len(choice.parts) > 1:  # the other parts hold more tensors: count them too
+            params = info.n_params
+            for part in choice.parts[1:]:
+                path = self._in_snapshot(listing, part.path)
+                header = read_header(path) if path else self.remote_header(ref, listing, part)[0]
+                params += sum(t.n_elements for t in header.tensors)
+            info = replace(info, n_params=params)
+        return replace(info, file_bytes=choice.size or info.file_bytes), choice, listing, not remote
+
+    def remote_header(self, ref: HubRef, listing: Listing, part: RepoFile) -> tuple[Header, int]:
+        """Fetch just enough of a remote GGUF to parse its header: 1 MiB, then doubling.
+        Returns the header and the bytes fetched."""
+        from huggingface_hub import hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        url = hf_hub_url(listing.repo, part.path, revision=listing.commit or listing.revision, endpoint=self.endpoint)
+        headers = build_hf_headers(token=self.token)
+        data = bytearray()
+        want = HEADER_FIRST_FETCH
+        while True:
+            end = want - 1 if part.size is None else min(want, part.size) - 1
+            headers["Range"] = f"bytes={len(data)}-{end}"
+            with hub_errors(ref, part.path):
+                r = get_session().get(url, headers=headers, follow_redirects=True)
+                hf_raise_for_status(r)
+            chunk = r.content
+            if r.status_code == 200:  # the server ignored the range: it sent the whole file
+                data = bytearray(chunk)
+            else:
+                data += chunk
             try:
-                p.unlink()
-            except OSError:
-                pass
-        raise HubError(
-            f"The download of {name} does not match its published sha256 "
-            f"(expected {expected[:12]}..., got {got[:12]}...); the file was deleted, pull it again."
-        )
+                return parse_header(data), len(data)
+            except Incomplete as exc:
+                if not chunk or (part.size is not None and len(data) >= part.size):
+                    raise HubError(f"{ref.repo}/{part.path} ends inside its GGUF header.") from None
+                want = max(exc.need, 2 * len(data))
+            except BadHeader as exc:
+                raise HubError(f"{ref.repo}/{part.path} is not a readable GGUF file ({exc}).") from None
 
 
-def _progress_class(filename: str, progress: Progress):
-    """A tqdm stand-in that reports to ``progress`` (the library never draws)."""
+HEADER_FIRST_FETCH = 1 << 20
 
-    class Bar:
-        def __init__(self, *args, total=None, initial=0, **kwargs):
-            self.total, self.n = total, initial or 0
-            progress(filename, self.n, self.total)
 
-        def __enter__(self):
-            return self
+def read_header(path: Path) -> Header:
+    import mmap
 
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, n=1):
-            self.n += n or 0
-            progress(filename, self.n, self.total)
-
-        def close(self):
-            pass
-
-    return Bar
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        return parse_header(buf)
 
 
 class hub_errors:

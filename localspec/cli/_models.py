@@ -1,0 +1,68 @@
+"""Resolving model names for commands: Hub downloads get a progress bar on stderr."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from localspec.outputs import terminal
+
+
+def quiet_hub_logs(verbose: bool = False) -> None:
+    """huggingface_hub logs retries ("Trying to resume download...") as warnings; the
+    progress bar already shows them. --verbose keeps them."""
+    logging.getLogger("huggingface_hub").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+@contextmanager
+def download_bars():
+    """A ``progress(file, done, total)`` callback drawing one rich bar per file on stderr;
+    nothing is drawn unless a download happens."""
+    progress: Progress | None = None
+    tasks: dict[str, int] = {}
+
+    def report(name: str, done: int, total: int | None) -> None:
+        nonlocal progress
+        if progress is None:
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=terminal.stderr,
+                transient=False,
+            )
+            progress.start()
+        if name not in tasks:
+            tasks[name] = progress.add_task(Path(name).name, total=total)
+        progress.update(tasks[name], completed=done, total=total)
+
+    try:
+        yield report
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def resolve(name: str | None, *, offline: bool = False, verbose: bool = False) -> Path:
+    """A model name (path, Hub name, or None for the default) -> a local GGUF file,
+    downloading with progress bars where needed."""
+    from localspec.resolve import resolve_model
+    from localspec.resolve.cache import touch
+
+    quiet_hub_logs(verbose)
+    with download_bars() as report:
+        path = resolve_model(name, offline=offline, progress=report)
+    touch(path)
+    return path

@@ -1,0 +1,160 @@
+"""pull / ls / rm / info / run with Hub names, as real processes against the stand-in Hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hubstandin import Repo, StandinHub
+
+CLI = [sys.executable, "-m", "localspec"]
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture
+def standin(tiny_model: Path):
+    hub = StandinHub(repos={"acme/Tiny-GGUF": Repo({"tiny-Q4_K_M.gguf": tiny_model, "tiny-F32.gguf": tiny_model})})
+    hub.url = hub.start()
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture
+def env(standin: StandinHub, tmp_path: Path) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "LOCALSPEC_"))}
+    e.update(HF_ENDPOINT=standin.url, HF_HUB_CACHE=str(tmp_path / "hf-cache"),
+             LOCALSPEC_CACHE_DIR=str(tmp_path / "ls-cache"), LOCALSPEC_CONFIG_DIR=str(tmp_path / "config"),
+             LOCALSPEC_NO_COST_CACHE="1", PYTHONUNBUFFERED="1", NO_COLOR="1")
+    return e
+
+
+def cli(env: dict[str, str], *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(args), env=env, input=input, capture_output=True, text=True, timeout=timeout)
+
+
+def test_pull_then_run_offline_from_the_cache(env, standin: StandinHub, tiny_model: Path) -> None:
+    pulled = cli(env, "pull", "acme/Tiny-GGUF")
+    assert pulled.returncode == 0, pulled.stderr
+    path = Path(pulled.stdout.strip())
+    assert path.name == "tiny-Q4_K_M.gguf" and path.read_bytes() == tiny_model.read_bytes()
+    assert "tiny-Q4_K_M.gguf" in pulled.stderr  # the progress bar's label
+    standin.reset_counts()
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    ran = cli(offline, "run", "acme/Tiny-GGUF", "--raw", "hello", "-n", "4", "--temperature", "0", "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["usage"]["completion_tokens"] == 4
+    missing = cli(offline, "run", "acme/Tiny-GGUF:F32", "--raw", "hello", "-n", "4")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        "error: acme/Tiny-GGUF:F32 is not in the cache (it holds Q4_K_M); "
+        "pull it while online: localspec pull acme/Tiny-GGUF:F32"
+    )
+    flag = cli({k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"}, "run", "acme/Other-GGUF", "hi", "--offline")
+    assert flag.returncode == 1 and "is not in the cache" in flag.stderr
+    assert standin.requests == []  # offline: not one request reached the Hub
+
+
+def test_ctrl_c_during_pull_then_pull_resumes(env, standin: StandinHub) -> None:
+    big = b"GGUF" + bytes(range(256)) * (40 * 4096)
+    standin.repos["acme/Big-GGUF"] = Repo({"big-Q4_K_M.gguf": big})
+    standin.throttle = 12 << 20  # bytes per second
+    proc = subprocess.Popen(CLI + ["pull", "acme/Big-GGUF"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    blobs = Path(env["HF_HUB_CACHE"]) / "models--acme--Big-GGUF" / "blobs"
+    deadline = time.time() + 30
+    while time.time() < deadline:  # until huggingface_hub has written its first 10 MB chunk
+        partial = list(blobs.glob("*.incomplete")) if blobs.is_dir() else []
+        if partial and partial[0].stat().st_size >= 10 << 20:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err
+    kept = list(blobs.glob("*.incomplete"))[0].stat().st_size
+    assert 0 < kept < len(big)
+    standin.throttle = 0
+    standin.reset_counts()
+    again = cli(env, "pull", "acme/Big-GGUF")
+    assert again.returncode == 0, again.stderr
+    assert Path(again.stdout.strip()).read_bytes() == big
+    ranges = [r for m, p, r in standin.requests if m == "GET" and p.endswith("big-Q4_K_M.gguf")]
+    assert ranges == [f"bytes={kept}-"]
+    assert standin.bytes_served == len(big) - kept
+
+
+def test_ls_info_and_rm(env, standin: StandinHub, tiny_model: Path) -> None:
+    assert cli(env, "pull", "acme/Tiny-GGUF").returncode == 0
+    assert cli(env, "pull", "acme/Tiny-GGUF:f32").returncode == 0
+    listed = json.loads(cli(env, "ls", "--json").stdout)
+    assert [(m["repo"], m["quant"], m["architecture"]) for m in listed] == [
+        ("acme/Tiny-GGUF", "F32", "llama"), ("acme/Tiny-GGUF", "Q4_K_M", "llama")]
+    assert all(m["size"] == tiny_model.stat().st_size and m["parameters"] > 0 for m in listed)
+    info = json.loads(cli(env, "info", "acme/Tiny-GGUF", "--json").stdout)
+    assert info["downloaded"] and info["architecture"] == "llama" and info["n_layer"] == 2
+    # rm without --yes off a terminal refuses; with --yes removes one quant, then the repo
+    refused = cli(env, "rm", "acme/Tiny-GGUF:F32")
+    assert refused.returncode == 1 and "pass --yes" in refused.stderr
+    assert cli(env, "rm", "acme/Tiny-GGUF:F32", "--yes").returncode == 0
+    assert [m["quant"] for m in json.loads(cli(env, "ls", "--json").stdout)] == ["Q4_K_M"]
+    assert cli(env, "rm", "acme/Tiny-GGUF", "--yes").returncode == 0
+    assert json.loads(cli(env, "ls", "--json").stdout) == []
+    assert not (Path(env["HF_HUB_CACHE"]) / "models--acme--Tiny-GGUF").exists()
+    gone = cli(env, "rm", "acme/Tiny-GGUF", "--yes")
+    assert gone.returncode == 1 and gone.stderr.startswith("error: acme/Tiny-GGUF is not in the Hugging Face cache")
+
+
+@pytest.mark.smollm
+def test_remote_info_reads_only_the_header(env, standin: StandinHub, smollm2: Path) -> None:
+    standin.repos[SMOL] = Repo({SMOL_FILE: smollm2})
+    got = cli(env, "info", SMOL, "--json")
+    assert got.returncode == 0, got.stderr
+    info = json.loads(got.stdout)
+    assert (info["architecture"], info["quant"], info["vocab_size"], info["downloaded"]) == ("llama", "Q4_1", 49152, False)
+    assert info["chat_template"] and info["n_layer"] == 30 and info["file_bytes"] == smollm2.stat().st_size
+    assert standin.bytes_served <= smollm2.stat().st_size // 20  # a header, not the weights
+    assert not (Path(env["HF_HUB_CACHE"]) / "models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF" / "blobs").exists() or \
+        not any((Path(env["HF_HUB_CACHE"]) / "models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF" / "blobs").iterdir())
+
+
+@pytest.mark.smollm
+def test_smollm2_by_hub_name_from_a_prefilled_cache_offline(env, standin: StandinHub, smollm2: Path) -> None:
+    """The issue's check: `localspec run HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_1 "hi"`
+    with HF_HUB_OFFLINE=1 from a cache filled beforehand (here laid out as `hf download` does)."""
+    cache = Path(env["HF_HUB_CACHE"]) / "models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF"
+    sha = hashlib.sha256(smollm2.read_bytes()).hexdigest()
+    commit = "b" * 40
+    (cache / "blobs").mkdir(parents=True)
+    (cache / "blobs" / sha).symlink_to(smollm2)
+    (cache / "snapshots" / commit).mkdir(parents=True)
+    (cache / "snapshots" / commit / SMOL_FILE).symlink_to(Path("../../blobs") / sha)
+    (cache / "refs").mkdir()
+    (cache / "refs" / "main").write_text(commit)
+    ran = cli({**env, "HF_HUB_OFFLINE": "1"}, "run", f"{SMOL}:Q4_1", "hi", "-n", "8", "--json")
+    assert ran.returncode == 0, ran.stderr
+    record = json.loads(ran.stdout)
+    assert record["usage"]["completion_tokens"] >= 1 and record["model"].endswith(SMOL_FILE)
+    assert standin.requests == []
+
+
+def test_hub_errors_are_one_line(env, standin: StandinHub) -> None:
+    for args, message in [
+        (("pull", "acme/Nope-GGUF"), "error: No model acme/Nope-GGUF on the Hub (if it is private, set HF_TOKEN or run `hf auth login`)."),
+        (("pull", "acme/Tiny-GGUF:Q2_K"), "error: acme/Tiny-GGUF has no Q2_K file; available: Q4_K_M, F32."),
+        (("run", "acme/../../etc/passwd", "hi"), "error: 'acme/../../etc/passwd' is not a valid Hub model name: it has an empty, '.' or '..' component."),
+        (("info", "acme/Tiny-GGUF/x/../../y.gguf"), "error: 'acme/Tiny-GGUF/x/../../y.gguf' is not a valid Hub model name: it has an empty, '.' or '..' component."),
+    ]:
+        got = cli(env, *args)
+        assert got.returncode == 1 and got.stderr.strip() == message, got.stderr
+    down = {**env, "HF_ENDPOINT": "http://127.0.0.1:9"}
+    got = cli(down, "pull", "acme/Tiny-GGUF")
+    assert got.returncode == 1
+    assert got.stderr.strip() == "error: Cannot reach the Hub at http://127.0.0.1:9 to find acme/Tiny-GGUF, and it is not in the cache."
