@@ -14,14 +14,14 @@ from pathlib import Path
 from localspec.engine import Engine, EngineConfig
 from localspec.errors import OutOfMemory
 from localspec.plan import Plan, plan
-from localspec.resolve.gguf_info import read_info
+from localspec.resolve.gguf_info import ModelInfo, read_info
 
 MAX_TRIES = 3
 
 
 def plan_for(
-    model: Path,
-    draft: Path | None,
+    model: Path | ModelInfo,
+    draft: Path | ModelInfo | None,
     *,
     ctx_size: int | None,
     slots: int,
@@ -30,13 +30,13 @@ def plan_for(
     draft_gpu_layers: str | None = None,
     gpu_memory: int | None = None,
 ) -> Plan:
-    """The plan for these files on this machine's devices (or on a GPU of ``gpu_memory``
-    bytes that is not here)."""
+    """The plan for these files (or headers read remotely) on this machine's devices, or
+    on a GPU of ``gpu_memory`` bytes that is not here."""
     from localspec import devices
     from localspec.plan import parse_layers
 
-    target = read_info(model)
-    draft_info = read_info(draft) if draft else None
+    target = model if isinstance(model, ModelInfo) else read_info(model)
+    draft_info = draft if isinstance(draft, ModelInfo) or draft is None else read_info(draft)
     return plan(
         target,
         devices.detect(gpu_memory),

@@ -130,3 +130,51 @@ MODEL_HELP = (
     "A model: a .gguf path, a Hub name (org/repo, org/repo:Q8_0, org/repo/file.gguf, "
     "@revision) or a profile name."
 )
+
+
+# ---------------------------------------------------------------- settings
+
+
+def env_name(option: str) -> str:
+    return "LOCALSPEC_" + option.upper()
+
+
+def with_env(func: F) -> F:
+    """Give every option that is a setting (``settings.DEFAULTS``) its LOCALSPEC_* variable,
+    so that Typer reads it and --help shows it."""
+    import inspect
+
+    from typer.models import OptionInfo
+
+    from localspec.settings import DEFAULTS
+
+    for name, param in inspect.signature(func).parameters.items():
+        if name in DEFAULTS and isinstance(param.default, OptionInfo) and not param.default.envvar:
+            param.default.envvar = env_name(name)
+    return func
+
+
+def settings_from_context(ctx: typer.Context, model: str | None):
+    """The merged settings of the running command: its flags and LOCALSPEC_* variables
+    (as Typer saw them) over the profile's layers over the defaults."""
+    from localspec.settings import DEFAULTS, build
+
+    given = {}
+    for name in DEFAULTS:
+        if name not in ctx.params or name == "model":  # the model argument is passed as is
+            continue
+        source = getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        if source == "COMMANDLINE":
+            given[name] = (ctx.params[name], "flag")
+        elif source == "ENVIRONMENT":
+            given[name] = (ctx.params[name], f"env {env_name(name)}")
+    return build(model, given)
+
+
+def describe_settings(s) -> str:
+    """One line for --verbose: the profile and where each non-default setting came from."""
+    parts = [f"profile {s.profile}" if s.profile else "no profile"]
+    for k, source in s.sources.items():
+        if source != "default" and k != "system":
+            parts.append(f"{k}={s.values[k]} ({source})")
+    return "settings: " + ", ".join(parts)

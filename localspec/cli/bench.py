@@ -10,7 +10,15 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from localspec.cli._common import offline_option, spec_config, spec_options, user_errors
+from localspec.cli._common import (
+    MODEL_HELP,
+    offline_option,
+    settings_from_context,
+    spec_config,
+    spec_options,
+    user_errors,
+    with_env,
+)
 from localspec.outputs import terminal
 
 HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
@@ -58,8 +66,10 @@ def _progress(r) -> None:
 
 
 @user_errors
+@with_env
 def bench(
-    model: Optional[str] = typer.Argument(None, help="A .gguf file. Default: the embedded SmolLM2-135M."),
+    ctx: typer.Context,
+    model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " Default: the default profile, else the embedded SmolLM2-135M."),
     modes: Optional[str] = typer.Option(
         None, "--modes", help="Comma-separated speculative modes to compare with plain "
         "(ngram, draft, auto). Default: ngram, plus draft and auto with --draft."
@@ -93,6 +103,12 @@ def bench(
     from localspec.loader import describe, load_engine, plan_for
     from localspec.cli._models import resolve
 
+    s = settings_from_context(ctx, model)
+    model, draft = s.model, s.draft
+    draft_max, draft_min, draft_p_min, ngram_min, ngram_max = s.draft_max, s.draft_min, s.draft_p_min, s.ngram_min, s.ngram_max
+    threads = s.threads
+    if s.sources["ctx_size"] != "default":
+        ctx_size = s.ctx_size
     mode_list = [m.strip().lower() for m in modes.split(",")] if modes else (
         ["ngram", "draft", "auto"] if draft else ["ngram"])
     for m in mode_list:

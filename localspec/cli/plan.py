@@ -9,7 +9,15 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from localspec.cli._common import offline_option, check_kv_type, check_layers, user_errors
+from localspec.cli._common import (
+    MODEL_HELP,
+    check_kv_type,
+    check_layers,
+    offline_option,
+    settings_from_context,
+    user_errors,
+    with_env,
+)
 from localspec.outputs import terminal
 
 HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
@@ -49,9 +57,11 @@ def _layers(m) -> str:
 
 
 @user_errors
+@with_env
 def plan_command(
-    model: str = typer.Argument(..., help="A .gguf file."),
-    draft: Optional[str] = typer.Option(None, "--draft", help="A draft model (.gguf)."),
+    ctx: typer.Context,
+    model: str = typer.Argument(..., help=MODEL_HELP + " A Hub model is planned from its header, without downloading it."),
+    draft: Optional[str] = typer.Option(None, "--draft", help="A draft model."),
     ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=16, help="Context per slot. Default: the model's, at most 4096."),
     slots: int = typer.Option(1, "--slots", min=1, max=256, help="Parallel sequences (KV slots)."),
     kv_type: str = typer.Option("f16", "--kv-type", help="KV cache type: f16, q8_0 or q4_0."),
@@ -63,13 +73,13 @@ def plan_command(
 ) -> None:
     from localspec.devices import parse_size
     from localspec.loader import plan_for
-    from localspec.cli._models import resolve
 
+    s = settings_from_context(ctx, model)
     p = plan_for(
-        resolve(model, offline=offline), resolve(draft, offline=offline) if draft else None,
-        ctx_size=ctx_size, slots=slots, kv_type=check_kv_type(kv_type),
-        gpu_layers=check_layers(gpu_layers),
-        draft_gpu_layers=check_layers(draft_gpu_layers, "--draft-gpu-layers"),
+        header_info(s.model, offline), header_info(s.draft, offline) if s.draft else None,
+        ctx_size=s.ctx_size, slots=s.slots, kv_type=check_kv_type(s.kv_type),
+        gpu_layers=check_layers(str(s.gpu_layers)),
+        draft_gpu_layers=check_layers(str(s.draft_gpu_layers), "--draft-gpu-layers"),
         gpu_memory=parse_size(gpu_memory) if gpu_memory else None,
     )
     if as_json:
@@ -92,3 +102,19 @@ def plan_command(
     out.print(devices_table)
     for note in p.notes:
         out.print(f"note: {note}")
+
+
+def header_info(name: str | None, offline: bool):
+    """A model's header facts without downloading it: the local file, the cached file,
+    or the Hub's copy read with range requests."""
+    from pathlib import Path
+
+    from localspec.cli._models import quiet_hub_logs
+    from localspec.resolve import Hub, check_gguf, looks_like_hub, parse_hub
+    from localspec.resolve.gguf_info import read_info
+    from localspec.resolve.local import resolve_model
+
+    if name is not None and looks_like_hub(name):
+        quiet_hub_logs()
+        return Hub.from_env(offline=offline).inspect(parse_hub(name))[0]
+    return read_info(resolve_model(name) if name is None else check_gguf(Path(name).expanduser()))

@@ -31,11 +31,16 @@ def pull(
     from localspec.resolve import Hub, looks_like_hub, parse_hub
 
     quiet_hub_logs(verbose)
-    names = [model] + ([draft] if draft else [])
+    from localspec.settings import build, is_profile_name
+
+    names = [model]
+    if is_profile_name(model):  # a profile: its model and its draft
+        s = build(model, {})
+        names = [s.model] + ([s.draft] if s.draft and s.draft != "auto" else [])
+    names += [draft] if draft else []
     pulled = []
     hub = Hub.from_env()
     for name in names:
-        name = _profile_model(name) or name
         if not looks_like_hub(name):
             raise InvalidModelName(f"{name!r} is not a Hub model name (org/repo[:QUANT]); nothing to pull.")
         with download_bars() as report:
@@ -51,8 +56,3 @@ def pull(
     else:
         for g in pulled:
             sys.stdout.write(f"{g.path}\n")
-
-
-def _profile_model(name: str) -> str | None:
-    """A profile name stands for its target model."""
-    return None

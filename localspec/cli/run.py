@@ -10,6 +10,10 @@ from typing import Optional
 import typer
 
 from localspec.cli._common import (
+    MODEL_HELP,
+    describe_settings,
+    settings_from_context,
+    with_env,
     offline_option,
     EXIT_INTERRUPTED,
     check_kv_type,
@@ -57,7 +61,11 @@ def _read_prompt(argument: str | None, file: Path | None) -> str:
 
 
 def _looks_like_model(arg: str) -> bool:
+    from localspec.settings import is_profile_name
+
     if arg.endswith(".gguf") or "/" in arg or "\\" in arg:
+        return True
+    if is_profile_name(arg):
         return True
     try:
         return Path(arg).expanduser().is_file()
@@ -74,9 +82,11 @@ def _split_model_and_prompt(model: str | None, prompt: str | None) -> tuple[str 
 
 
 @user_errors
+@with_env
 def run(
+    ctx: typer.Context,
     model: Optional[str] = typer.Argument(
-        None, help="A .gguf file. Default: the embedded SmolLM2-135M-Instruct."
+        None, help=MODEL_HELP + " Default: the default profile if one is set, else the embedded SmolLM2-135M-Instruct."
     ),
     prompt: Optional[str] = typer.Argument(
         None, help="The prompt. Piped stdin is appended after it."
@@ -122,42 +132,39 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log and details."),
     offline: bool = offline_option(),
 ) -> None:
+    from localspec.cli._models import resolve
     from localspec.engine import EngineConfig, backend
     from localspec.loader import describe, load_engine, plan_for
-    from localspec.cli._models import resolve
 
-    if raw and system:
-        raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
-    speculation = spec_config(spec, draft_max, draft_min, draft_p_min, ngram_min, ngram_max)
     model, prompt = _split_model_and_prompt(model, prompt)
+    s = settings_from_context(ctx, model)
+    system, max_tokens, draft = s.system, s.max_tokens, s.draft
+    if raw and system:
+        if s.sources["system"] in ("flag",) or s.sources["system"].startswith("env"):
+            raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
+        system = None  # a profile's system prompt does not apply to a raw prompt
+    speculation = spec_config(s.spec, s.draft_max, s.draft_min, s.draft_p_min, s.ngram_min, s.ngram_max)
     text = _read_prompt(prompt, file)
     backend.set_verbose(verbose)
-    path = resolve(model, offline=offline, verbose=verbose)
+    if verbose:
+        terminal.note(describe_settings(s))
+    path = resolve(s.model, offline=offline, verbose=verbose)
     draft_path = resolve(draft, offline=offline, verbose=verbose) if draft else None
-    sampling = SamplingParams(
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-        repeat_penalty=repeat_penalty,
-        presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty,
-        seed=seed,
-    )
+    sampling = s.sampling()
     if raw:
         request = Request(prompt=text, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
     else:
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
         request = Request(messages=messages, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
 
-    layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type=check_kv_type(kv_type),
-                      gpu_layers=check_layers(gpu_layers),
-                      draft_gpu_layers=check_layers(draft_gpu_layers, "--draft-gpu-layers"))
+    layout = plan_for(path, draft_path, ctx_size=s.ctx_size, slots=1, kv_type=check_kv_type(s.kv_type),
+                      gpu_layers=check_layers(str(s.gpu_layers)),
+                      draft_gpu_layers=check_layers(str(s.draft_gpu_layers), "--draft-gpu-layers"))
     if verbose:
         terminal.note(describe(layout))
     engine = load_engine(
         path,
-        EngineConfig(n_threads=threads, draft_model=draft_path, spec=speculation),
+        EngineConfig(n_threads=s.threads, draft_model=draft_path, spec=speculation),
         layout,
         note=terminal.note,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.errors import ModelLoadError
@@ -87,16 +87,45 @@ class ModelInfo:
         return name.removeprefix("MOSTLY_").replace("ALL_", "")
 
 
-def read_info(path: str | Path) -> ModelInfo:
-    path = Path(path)
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+
+def read_header(path: Path) -> tuple[Header, int]:
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            header = parse(buf)
-            size = len(buf)
+            return parse(buf), len(buf)
     except (Incomplete, BadHeader, ValueError, OSError) as exc:
         reason = "it ends inside the header" if isinstance(exc, Incomplete) else str(exc)
         raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({reason}).") from exc
-    return info_from_header(header, path, size)
+
+
+def split_parts(path: Path, header: Header) -> list[Path]:
+    """The other files of a gguf-split model (``-00001-of-0000N.gguf``), as llama.cpp
+    finds them: beside the first part."""
+    count = header.kv.get("split.count")
+    m = _SPLIT.search(path.name)
+    if not isinstance(count, int) or count <= 1 or not m:
+        return []
+    stem = path.name[: m.start()]
+    return [path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(2, count + 1)]
+
+
+def merge(first: Header, others: list[Header]) -> Header:
+    """One header for a split model: the first part's keys, every part's tensors."""
+    return replace(first, tensors=[t for h in [first, *others] for t in h.tensors])
+
+
+def read_info(path: str | Path) -> ModelInfo:
+    path = Path(path)
+    header, size = read_header(path)
+    others = []
+    for part in split_parts(path, header):
+        if not part.is_file():
+            raise ModelLoadError(f"{path} is part of a split model, and its part {part.name} is missing.")
+        h, n = read_header(part)
+        others.append(h)
+        size += n
+    return info_from_header(merge(header, others), path, size)
 
 
 def info_from_header(header: Header, path: Path, file_bytes: int) -> ModelInfo:

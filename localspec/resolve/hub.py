@@ -24,7 +24,7 @@ from pathlib import Path
 from localspec.errors import HubError, HubUnreachable, NotInCache
 from localspec.resolve.gguf_header import BadHeader, Header, Incomplete
 from localspec.resolve.gguf_header import parse as parse_header
-from localspec.resolve.gguf_info import ModelInfo, info_from_header, read_info
+from localspec.resolve.gguf_info import ModelInfo, info_from_header, merge, read_header
 from localspec.resolve.names import HubRef
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -312,24 +312,21 @@ class Hub:
         the Hub with range requests for the header alone. The bool: read locally."""
         listing = self.listing(ref)
         choice = choose(ref, listing)
-        local = self._in_snapshot(listing, choice.parts[0].path)
-        if local is not None:
-            info = read_info(local)
-            remote = False
-        else:
-            if self.offline:
+        headers, fetched_remotely = [], False
+        for part in choice.parts:
+            local = self._in_snapshot(listing, part.path)
+            if local is not None:
+                headers.append(read_header(local)[0])
+            elif self.offline:
                 raise NotInCache(f"{ref} is not in the cache (offline mode).")
-            header, _ = self.remote_header(ref, listing, choice.parts[0])
-            info = info_from_header(header, Path(choice.parts[0].path), choice.parts[0].size or 0)
-            remote = True
-        if len(choice.parts) > 1:  # the other parts hold more tensors: count them too
-            params = info.n_params
-            for part in choice.parts[1:]:
-                path = self._in_snapshot(listing, part.path)
-                header = read_header(path) if path else self.remote_header(ref, listing, part)[0]
-                params += sum(t.n_elements for t in header.tensors)
-            info = replace(info, n_params=params)
-        return replace(info, file_bytes=choice.size or info.file_bytes), choice, listing, not remote
+            else:
+                headers.append(self.remote_header(ref, listing, part)[0])
+                fetched_remotely = True
+        first = self._in_snapshot(listing, choice.parts[0].path) or Path(choice.parts[0].path)
+        info = info_from_header(merge(headers[0], headers[1:]), first, choice.size or 0)
+        if not info.file_bytes and first.is_file():
+            info = replace(info, file_bytes=first.stat().st_size)
+        return info, choice, listing, not fetched_remotely
 
     def remote_header(self, ref: HubRef, listing: Listing, part: RepoFile) -> tuple[Header, int]:
         """Fetch just enough of a remote GGUF to parse its header: 1 MiB, then doubling.
@@ -363,13 +360,6 @@ class Hub:
 
 
 HEADER_FIRST_FETCH = 1 << 20
-
-
-def read_header(path: Path) -> Header:
-    import mmap
-
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return parse_header(buf)
 
 
 class hub_errors:
