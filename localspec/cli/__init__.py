@@ -11,6 +11,7 @@ from localspec.cli import bench as _bench
 from localspec.cli import doctor as _doctor
 from localspec.cli import info as _info
 from localspec.cli import ls as _ls
+from localspec.cli import pair as _pair
 from localspec.cli import plan as _plan
 from localspec.cli import profiles as _profiles
 from localspec.cli import pull as _pull
@@ -49,6 +50,7 @@ app.command("pull", help=_pull.HELP, epilog=_pull.EPILOG)(_pull.pull)
 app.command("ls", help=_ls.HELP, epilog=_ls.EPILOG)(_ls.ls)
 app.command("rm", help=_rm.HELP, epilog=_rm.EPILOG)(_rm.rm)
 app.command("info", help=_info.HELP, epilog=_info.EPILOG)(_info.info)
+app.command("pair", help=_pair.HELP, epilog=_pair.EPILOG)(_pair.pair)
 app.add_typer(_profiles.app, name="profiles")
 app.command("doctor", help=_doctor.HELP, epilog=_doctor.EPILOG)(_doctor.doctor)
 

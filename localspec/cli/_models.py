@@ -66,3 +66,30 @@ def resolve(name: str | None, *, offline: bool = False, verbose: bool = False) -
         path = resolve_model(name, offline=offline, progress=report)
     touch(path)
     return path
+
+
+def resolve_draft(draft: str | None, model: str | None, *, offline: bool = False, verbose: bool = False) -> Path | None:
+    """The draft model file: as named, or for ``auto`` the one pairing finds (none is
+    fine: speculation then uses n-gram lookup alone)."""
+    if not draft:
+        return None
+    if draft != "auto":
+        return resolve(draft, offline=offline, verbose=verbose)
+    from localspec.resolve import Hub, looks_like_hub
+    from localspec.resolve.pairing import auto_draft, cached_draft_for_file
+
+    quiet_hub_logs(verbose)
+    hub = Hub.from_env(offline=offline)
+    if model is None:
+        name = None
+    elif looks_like_hub(model):
+        name = auto_draft(hub, model)
+    else:
+        name = cached_draft_for_file(hub, Path(model).expanduser())
+    if name is None:
+        terminal.note(f"--draft auto: no model with {model or 'the default model'}'s tokenizer found; "
+                      "speculating with n-gram lookup alone")
+        return None
+    if verbose:
+        terminal.note(f"--draft auto: {name}")
+    return resolve(name, offline=offline, verbose=verbose)

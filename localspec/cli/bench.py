@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import sys
 from pathlib import Path
@@ -101,7 +103,7 @@ def bench(
     from localspec import bench as lib
     from localspec.engine import EngineConfig, backend
     from localspec.loader import describe, load_engine, plan_for
-    from localspec.cli._models import resolve
+    from localspec.cli._models import resolve, resolve_draft
 
     s = settings_from_context(ctx, model)
     model, draft = s.model, s.draft
@@ -131,7 +133,12 @@ def bench(
             raise typer.BadParameter(f"no prompt's name or kind contains {only!r}", param_hint="--only")
     backend.set_verbose(verbose)
     path = resolve(model, offline=offline, verbose=verbose)
-    draft_path = resolve(draft, offline=offline, verbose=verbose) if draft else None
+    draft_path = resolve_draft(draft, model, offline=offline, verbose=verbose)
+    if draft and draft_path is None:  # --draft auto found none: only n-gram is left to compare
+        if modes and "draft" in mode_list:
+            raise typer.BadParameter("--draft auto found no compatible draft model", param_hint="--modes")
+        mode_list = [m for m in mode_list if m != "draft"]
+        speculation = replace(speculation, mode="ngram")
     layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type="f16")
     if verbose:
         terminal.note(describe(layout))

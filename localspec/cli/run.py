@@ -132,7 +132,7 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log and details."),
     offline: bool = offline_option(),
 ) -> None:
-    from localspec.cli._models import resolve
+    from localspec.cli._models import resolve, resolve_draft
     from localspec.engine import EngineConfig, backend
     from localspec.loader import describe, load_engine, plan_for
 
@@ -149,7 +149,7 @@ def run(
     if verbose:
         terminal.note(describe_settings(s))
     path = resolve(s.model, offline=offline, verbose=verbose)
-    draft_path = resolve(draft, offline=offline, verbose=verbose) if draft else None
+    draft_path = resolve_draft(draft, s.model, offline=offline, verbose=verbose)
     sampling = s.sampling()
     if raw:
         request = Request(prompt=text, sampling=sampling, max_tokens=max_tokens, stop=list(stop))

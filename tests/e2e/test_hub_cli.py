@@ -158,3 +158,15 @@ def test_hub_errors_are_one_line(env, standin: StandinHub) -> None:
     got = cli(down, "pull", "acme/Tiny-GGUF")
     assert got.returncode == 1
     assert got.stderr.strip() == "error: Cannot reach the Hub at http://127.0.0.1:9 to find acme/Tiny-GGUF, and it is not in the cache."
+
+
+def test_gated_repo_with_hf_token_or_a_stored_login(env, standin: StandinHub, tiny_model: Path, tmp_path: Path) -> None:
+    standin.repos["acme/Gated-GGUF"] = Repo({"g-Q4_K_M.gguf": tiny_model}, gated=True)
+    refused = cli(env, "pull", "acme/Gated-GGUF")
+    assert refused.returncode == 1 and "is gated" in refused.stderr
+    assert cli({**env, "HF_TOKEN": standin.token}, "info", "acme/Gated-GGUF", "--json").returncode == 0
+    home = tmp_path / "hf-home"  # what `hf auth login` leaves behind
+    home.mkdir()
+    (home / "token").write_text(standin.token)
+    pulled = cli({**env, "HF_HOME": str(home)}, "pull", "acme/Gated-GGUF")
+    assert pulled.returncode == 0, pulled.stderr
