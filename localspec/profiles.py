@@ -112,11 +112,13 @@ class ProfileFile:
 
 def shipped_dir() -> Path:
     """``profiles/`` beside the package (a checkout or an editable install), else the
-    copy installed as package data."""
+    copy a wheel installs under ``<prefix>/share/localspec/profiles``."""
     beside = Path(__file__).resolve().parent.parent / "profiles"
     if beside.is_dir():
         return beside
-    return Path(__file__).resolve().parent / "_profiles"
+    import sys
+
+    return Path(sys.prefix) / "share" / "localspec" / "profiles"
 
 
 def config_dir() -> Path:

@@ -68,13 +68,9 @@ def resolve(name: str | None, *, offline: bool = False, verbose: bool = False) -
     return path
 
 
-def resolve_draft(draft: str | None, model: str | None, *, offline: bool = False, verbose: bool = False) -> Path | None:
-    """The draft model file: as named, or for ``auto`` the one pairing finds (none is
-    fine: speculation then uses n-gram lookup alone)."""
-    if not draft:
-        return None
-    if draft != "auto":
-        return resolve(draft, offline=offline, verbose=verbose)
+def auto_draft_name(model: str | None, *, offline: bool = False, verbose: bool = False) -> str | None:
+    """What ``--draft auto`` means for this target (None: nothing compatible found, and
+    speculation uses n-gram lookup alone)."""
     from localspec.resolve import Hub, looks_like_hub
     from localspec.resolve.pairing import auto_draft, cached_draft_for_file
 
@@ -89,7 +85,13 @@ def resolve_draft(draft: str | None, model: str | None, *, offline: bool = False
     if name is None:
         terminal.note(f"--draft auto: no model with {model or 'the default model'}'s tokenizer found; "
                       "speculating with n-gram lookup alone")
-        return None
-    if verbose:
+    elif verbose:
         terminal.note(f"--draft auto: {name}")
-    return resolve(name, offline=offline, verbose=verbose)
+    return name
+
+
+def resolve_draft(draft: str | None, model: str | None, *, offline: bool = False, verbose: bool = False) -> Path | None:
+    """The draft model file: as named, or the one ``auto`` finds."""
+    if draft == "auto":
+        draft = auto_draft_name(model, offline=offline, verbose=verbose)
+    return resolve(draft, offline=offline, verbose=verbose) if draft else None

@@ -47,7 +47,11 @@ def info(
     from localspec.resolve import Hub, check_gguf, looks_like_hub, parse_hub
     from localspec.resolve.gguf_info import read_info
 
+    from localspec.settings import build, is_profile_name
+
     quiet_hub_logs()
+    if is_profile_name(model):
+        model = build(model, {}).model
     if looks_like_hub(model):
         ref = parse_hub(model)
         facts, choice, listing, local = Hub.from_env(offline=offline).inspect(ref)

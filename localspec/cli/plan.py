@@ -74,9 +74,12 @@ def plan_command(
     from localspec.devices import parse_size
     from localspec.loader import plan_for
 
+    from localspec.cli._models import auto_draft_name
+
     s = settings_from_context(ctx, model)
+    draft_name = auto_draft_name(s.model, offline=offline) if s.draft == "auto" else s.draft
     p = plan_for(
-        header_info(s.model, offline), header_info(s.draft, offline) if s.draft else None,
+        header_info(s.model, offline), header_info(draft_name, offline) if draft_name else None,
         ctx_size=s.ctx_size, slots=s.slots, kv_type=check_kv_type(s.kv_type),
         gpu_layers=check_layers(str(s.gpu_layers)),
         draft_gpu_layers=check_layers(str(s.draft_gpu_layers), "--draft-gpu-layers"),
