@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from localspec.engine import Engine
 from localspec.errors import InvalidRequest
@@ -223,6 +224,7 @@ class RunRecord:
     first_difference: int | None = None
     plain_margin: float | None = None  # plain run's top-2 logit gap at the first difference
     llama_cpp_tokens_per_s: float | None = None  # raw llama.cpp on the same prompt (plain rows)
+    ratios: list[float] = field(default_factory=list)  # one per round (--repeat)
 
 
 def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: str):
@@ -253,51 +255,70 @@ def run(
     *,
     max_tokens: int = 256,
     sweep: list[int] | None = None,
+    repeat: int = 1,
     on_record: Callable[[RunRecord], None] | None = None,
     reference: Callable[[list[int], int], float] | None = None,
 ) -> list[RunRecord]:
     """Plain, then every mode (and every draft_max of ``sweep``), for each prompt; with
-    ``reference`` (prompt tokens, max tokens -> tok/s), raw llama.cpp on the same prompt."""
+    ``reference`` (prompt tokens, max tokens -> tok/s), raw llama.cpp on the same prompt.
+
+    A machine's speed drifts by tens of percent within minutes (clocks, neighbours), so
+    with ``repeat`` > 1 each round times plain and every variant back to back (in
+    alternating order), a ratio is taken within each round, and the median is reported."""
     base = engine.spec
+    variants = [(mode, dm) for mode in modes for dm in (sweep or [base.draft_max])]
     records: list[RunRecord] = []
-    _generate(engine, BenchPrompt("warm-up", "warm-up", "Say hello."), 8, "off")
+    _generate(engine, BenchPrompt("warm-up", "warm-up", "Say hello."), 48, "off")
     for prompt in prompts:
-        plain, res = _generate(engine, prompt, max_tokens, "off")
-        plain_tps = res.timings.decode_tokens_per_s
-        rec = RunRecord(prompt.name, prompt.kind, "off", None, len(plain), plain_tps, 1.0, "off")
+        plain: list[int] = []
+        plain_rates: list[float] = []
+        runs: dict[tuple[str, int], list[tuple[list[int], Any]]] = {v: [] for v in variants}
+        for r in range(max(1, repeat)):
+            order = [None, *variants] if r % 2 == 0 else [*variants, None]
+            for variant in order:
+                if variant is None:
+                    ids, res = _generate(engine, prompt, max_tokens, "off")
+                    plain = plain or ids
+                    plain_rates.append(res.timings.decode_tokens_per_s)
+                else:
+                    engine.set_spec(replace(base, draft_max=variant[1]))
+                    runs[variant].append(_generate(engine, prompt, max_tokens, variant[0]))
+        engine.set_spec(base)
+        plain_tps = statistics.median(plain_rates)
+        rec = RunRecord(prompt.name, prompt.kind, "off", None, len(plain), plain_tps, 1.0, "off",
+                        ratios=[1.0] * len(plain_rates))
         if reference is not None:
             tokens, _ = engine.prepare(Request(messages=[Message("user", prompt.prompt)]))
             rec.llama_cpp_tokens_per_s = reference(tokens, len(plain))
         records.append(rec)
         if on_record:
             on_record(rec)
-        for mode in modes:
-            for draft_max in sweep or [base.draft_max]:
-                engine.set_spec(replace(base, draft_max=draft_max))
-                ids, res = _generate(engine, prompt, max_tokens, mode)
-                spec = res.spec
-                diff = next((i for i, (a, b) in enumerate(zip(plain, ids)) if a != b), None)
-                if diff is None and len(plain) != len(ids):
-                    diff = min(len(plain), len(ids))
-                rec = RunRecord(
-                    prompt.name, prompt.kind, mode, draft_max, len(ids),
-                    res.timings.decode_tokens_per_s,
-                    res.timings.decode_tokens_per_s / plain_tps if plain_tps else 0.0,
-                    spec.mode if spec else "off",
-                    spec.drafted if spec else 0,
-                    spec.accepted if spec else 0,
-                    spec.acceptance_rate if spec else 0.0,
-                    spec.mean_accepted_per_step if spec else 0.0,
-                    dict(spec.draft_lengths) if spec else {},
-                    diff is None,
-                    diff,
-                )
-                if diff is not None and diff < len(plain):
-                    rec.plain_margin = _margin_at(engine, prompt, plain, diff)
-                records.append(rec)
-                if on_record:
-                    on_record(rec)
-    engine.set_spec(base)
+        for (mode, draft_max), done in runs.items():
+            ids, res = done[-1]
+            spec = res.spec
+            ratios = [res_i.timings.decode_tokens_per_s / p for (_, res_i), p in zip(done, plain_rates) if p]
+            diff = next((i for i, (a, b) in enumerate(zip(plain, ids)) if a != b), None)
+            if diff is None and len(plain) != len(ids):
+                diff = min(len(plain), len(ids))
+            rec = RunRecord(
+                prompt.name, prompt.kind, mode, draft_max, len(ids),
+                statistics.median(res_i.timings.decode_tokens_per_s for _, res_i in done),
+                statistics.median(ratios) if ratios else 0.0,
+                spec.mode if spec else "off",
+                spec.drafted if spec else 0,
+                spec.accepted if spec else 0,
+                spec.acceptance_rate if spec else 0.0,
+                spec.mean_accepted_per_step if spec else 0.0,
+                dict(spec.draft_lengths) if spec else {},
+                diff is None,
+                diff,
+                ratios=[round(x, 4) for x in ratios],
+            )
+            if diff is not None and diff < len(plain):
+                rec.plain_margin = _margin_at(engine, prompt, plain, diff)
+            records.append(rec)
+            if on_record:
+                on_record(rec)
     return records
 
 

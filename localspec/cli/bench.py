@@ -82,6 +82,10 @@ def bench(
     ),
     only: Optional[str] = typer.Option(None, "--only", help="Run only the built-in prompts whose name or kind contains this."),
     max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="New tokens per run."),
+    repeat: int = typer.Option(
+        3, "--repeat", "-r", min=1, max=20,
+        help="Rounds per prompt; each round times plain and every mode back to back, and the median ratio is shown (machine speed drifts).",
+    ),
     sweep: Optional[str] = typer.Option(
         None, "--sweep", help="Try these --draft-max values (comma-separated) and say which is best."
     ),
@@ -153,7 +157,7 @@ def bench(
             return backend.reference_decode_rate(path, tokens, n, n_ctx=engine.n_ctx, n_threads=threads)
 
         records = lib.run(
-            engine, prompts, mode_list, max_tokens=max_tokens, sweep=sweep_values,
+            engine, prompts, mode_list, max_tokens=max_tokens, sweep=sweep_values, repeat=repeat,
             reference=reference if vs_llama_cpp else None,
             on_record=_progress,
         )
