@@ -25,7 +25,7 @@ from localspec.errors import HubError, HubUnreachable, NotInCache
 from localspec.resolve.gguf_header import BadHeader, Header, Incomplete
 from localspec.resolve.gguf_header import parse as parse_header
 from localspec.resolve.gguf_info import ModelInfo, info_from_header, merge, read_header
-from localspec.resolve.names import HubRef
+from localspec.resolve.names import HubRef, safe_id, safe_relative
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_QUANT = "Q4_K_M"
@@ -210,8 +210,13 @@ class Hub:
         api = HfApi(endpoint=self.endpoint, token=self.token)
         with hub_errors(ref):
             info = api.model_info(ref.repo, revision=ref.revision, files_metadata=True)
+        if not safe_id(info.sha, 40):
+            raise HubError(f"The Hub answered for {ref.repo} with an invalid commit id; not caching anything.")
+        # names and hashes from the network become paths in the cache: keep only safe ones
         files = tuple(
-            RepoFile(s.rfilename, s.size, s.lfs.sha256 if s.lfs else None) for s in (info.siblings or [])
+            RepoFile(s.rfilename, s.size, s.lfs.sha256.lower() if s.lfs and safe_id(s.lfs.sha256.lower(), 64) else None)
+            for s in (info.siblings or [])
+            if safe_relative(s.rfilename)
         )
         return Listing(ref.repo, ref.revision or "main", info.sha, files)
 
@@ -289,8 +294,8 @@ class Hub:
             if etag is None or commit is None:  # not an LFS file: ask the Hub for its etag
                 meta = get_hf_file_metadata(url, token=self.token)
                 etag, size, commit = meta.etag, meta.size, commit or meta.commit_hash
-            if not etag or not commit:
-                raise HubError(f"The Hub gave no version for {listing.repo}/{part.path}; cannot cache it.")
+            if not safe_id(etag) or not safe_id(commit, 40):
+                raise HubError(f"The Hub gave no usable version for {listing.repo}/{part.path}; cannot cache it.")
             local = fetch_to_cache(
                 url=url, headers=headers, repo_dir=self.repo_cache(listing.repo),
                 locks_dir=self.cache_dir / ".locks" / self.repo_cache(listing.repo).name,

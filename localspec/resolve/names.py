@@ -106,3 +106,16 @@ def parse_hub(name: str) -> HubRef:
     return HubRef(
         repo=f"{org}/{repo}", quant=quant.upper() if quant else None, filename=filename, revision=revision
     )
+
+
+def safe_relative(path: str) -> bool:
+    """A path from the Hub's answer that stays inside the cache folder it is put in."""
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and all(
+        p not in ("", ".", "..") and _FILE_PART.match(p) for p in parts
+    )
+
+
+def safe_id(value: str | None, length: int | None = None) -> bool:
+    """A commit hash or etag from the Hub, used as a file name: hex only."""
+    return bool(value) and re.fullmatch(r"[0-9a-f]+", value or "") is not None and (length is None or len(value) == length)

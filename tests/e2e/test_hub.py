@@ -166,3 +166,13 @@ def test_unreachable_hub(hub: Hub, tmp_path: Path) -> None:
     assert str(err.value) == (
         f"Cannot reach the Hub at http://127.0.0.1:{port} to find acme/Tiny-Split-GGUF, and it is not in the cache."
     )
+
+
+def test_hostile_names_from_the_hub_never_become_paths(hub: Hub, standin: StandinHub, tiny_model: Path) -> None:
+    standin.repos["acme/Evil-GGUF"] = Repo({"../../../escape-Q4_K_M.gguf": tiny_model, "ok-Q8_0.gguf": tiny_model})
+    got = hub.resolve(parse_hub("acme/Evil-GGUF"))
+    assert got.path.name == "ok-Q8_0.gguf" and got.quant == "Q8_0"
+    assert not list(hub.cache_dir.parent.rglob("escape*"))
+    standin.repos["acme/Evil2-GGUF"] = Repo({"m-Q4_K_M.gguf": tiny_model}, commit="../../../../tmp/x")
+    with pytest.raises(HubError, match="invalid commit id"):
+        hub.resolve(parse_hub("acme/Evil2-GGUF"))
