@@ -229,7 +229,8 @@ class RunRecord:
 
 def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: str):
     stream = engine.submit(
-        Request(messages=[Message("user", prompt.prompt)], sampling=GREEDY, max_tokens=max_tokens, spec=spec)
+        Request(messages=[Message("user", prompt.prompt)], sampling=GREEDY, max_tokens=max_tokens, spec=spec,
+                cache_prompt=False)
     )
     ids = [e.token_id for e in stream if e.token_id >= 0]
     return ids, stream.result
@@ -240,7 +241,7 @@ def _margin_at(engine: Engine, prompt: BenchPrompt, plain: list[int], position: 
     token at a time), since a prefill of the same tokens goes through other kernels."""
     stream = engine.submit(
         Request(messages=[Message("user", prompt.prompt)], sampling=GREEDY, max_tokens=position + 1,
-                spec="off", margins=True)
+                spec="off", margins=True, cache_prompt=False)
     )
     events = [e for e in stream if e.token_id >= 0]
     if len(events) <= position or [e.token_id for e in events[:position]] != plain[:position]:

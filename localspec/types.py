@@ -62,6 +62,10 @@ class Request:
     logprobs: bool = False  # fill TokenEvent.logprob (costs a softmax per token)
     spec: str | None = None  # speculation for this request: off|ngram|draft|auto; None: the engine's
     margins: bool = False  # fill TokenEvent.margin (top-1 minus top-2 logit), for diagnosis
+    # Reuse a slot's cached prompt prefix (llama.cpp's cache_prompt). A reused prefix is
+    # decoded in other batches than a fresh prefill, which moves Q4 logits by ~0.1: the
+    # benchmark turns it off so that runs differ only in speculation.
+    cache_prompt: bool = True
 
 
 @dataclass(frozen=True)

@@ -296,7 +296,7 @@ class Engine:
     def _start(self, slot: _Slot, job: _Job) -> None:
         if (job.request.spec or self.spec.mode) != "off":
             self._calibrate()
-        keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
+        keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
         slot.job = job

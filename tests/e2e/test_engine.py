@@ -113,6 +113,14 @@ def test_the_same_prefix_is_reused_and_gives_the_same_tokens(tiny_model: Path):
     assert second_text == expected
 
 
+def test_cache_prompt_false_prefills_afresh(tiny_model: Path):
+    prompt = "a long shared prefix of text " * 4
+    with Engine(tiny_model, EngineConfig(n_ctx=512)) as engine:
+        first = engine.generate(Request(prompt=prompt, sampling=GREEDY, max_tokens=8))
+        again = engine.generate(Request(prompt=prompt, sampling=GREEDY, max_tokens=8, cache_prompt=False))
+    assert again.usage.cached_tokens == 0 and again.text == first.text
+
+
 def test_cancelling_one_stream_leaves_the_others_running(tiny_engine: Engine):
     long = tiny_engine.submit(Request(prompt="abc", sampling=SamplingParams(temperature=1.0, seed=1), max_tokens=400))
     other = tiny_engine.submit(Request(prompt="xyz", sampling=GREEDY, max_tokens=40))
