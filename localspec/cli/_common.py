@@ -43,7 +43,7 @@ def run_app(app: typer.Typer) -> int:
     """Run the Typer app and return the exit code. Usage errors are Typer's (exit 2);
     a bug ends in one line, not a traceback (which --verbose shows)."""
     try:
-        app()
+        app(prog_name="localspec")  # also under `python -m localspec` (completion keys on it)
         return EXIT_OK
     except SystemExit as exc:
         code = exc.code

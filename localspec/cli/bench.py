@@ -21,6 +21,7 @@ from localspec.cli._common import (
     user_errors,
     with_env,
 )
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
 HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
@@ -71,7 +72,8 @@ def _progress(r) -> None:
 @with_env
 def bench(
     ctx: typer.Context,
-    model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " Default: the default profile, else the embedded SmolLM2-135M."),
+    model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " Default: the default profile, else the embedded SmolLM2-135M.",
+        autocompletion=complete_model),
     modes: Optional[str] = typer.Option(
         None, "--modes", help="Comma-separated speculative modes to compare with plain "
         "(ngram, draft, auto). Default: ngram, plus draft and auto with --draft."

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from localspec.cli._common import MODEL_HELP, offline_option, user_errors
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
 HELP = (
@@ -37,7 +38,7 @@ def info_record(info, *, source: str, repo: str | None = None, commit: str | Non
 
 @user_errors
 def info(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., help=MODEL_HELP, autocompletion=complete_model),
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON."),
     offline: bool = offline_option(),
 ) -> None:

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from localspec.cli._common import MODEL_HELP, offline_option, user_errors
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
 HELP = (
@@ -21,7 +22,7 @@ EPILOG = "Examples:  localspec pair Qwen/Qwen2.5-Coder-7B-Instruct-GGUF  ·  loc
 
 @user_errors
 def pair(
-    target: str = typer.Argument(..., help=MODEL_HELP),
+    target: str = typer.Argument(..., help=MODEL_HELP, autocompletion=complete_model),
     as_json: bool = typer.Option(False, "--json", help="Print the candidates as JSON."),
     offline: bool = offline_option(),
 ) -> None:

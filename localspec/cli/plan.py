@@ -18,6 +18,7 @@ from localspec.cli._common import (
     user_errors,
     with_env,
 )
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
 HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
@@ -60,7 +61,8 @@ def _layers(m) -> str:
 @with_env
 def plan_command(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help=MODEL_HELP + " A Hub model is planned from its header, without downloading it."),
+    model: str = typer.Argument(..., help=MODEL_HELP + " A Hub model is planned from its header, without downloading it.",
+                                autocompletion=complete_model),
     draft: Optional[str] = typer.Option(None, "--draft", help="A draft model."),
     ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=16, help="Context per slot. Default: the model's, at most 4096."),
     slots: int = typer.Option(1, "--slots", min=1, max=256, help="Parallel sequences (KV slots)."),

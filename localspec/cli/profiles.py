@@ -19,6 +19,15 @@ EPILOG = (
     "localspec profiles validate my.yaml  ·  localspec profiles default qwen2.5-coder-7b"
 )
 
+def _profile_names(incomplete: str) -> list[str]:
+    from localspec import profiles
+
+    try:
+        return [p.name for p in profiles.available() if p.name.startswith(incomplete)]
+    except Exception:  # a broken profile completes nothing rather than failing the shell
+        return []
+
+
 app = typer.Typer(help=HELP, epilog=EPILOG, no_args_is_help=True,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
@@ -51,7 +60,7 @@ def list_profiles(as_json: bool = typer.Option(False, "--json", help="Print the 
 @app.command("show", help="Show a profile's settings after your overrides, and where each comes from.")
 @user_errors
 def show(
-    name: str = typer.Argument(..., help="A profile name."),
+    name: str = typer.Argument(..., help="A profile name.", autocompletion=_profile_names),
     as_json: bool = typer.Option(False, "--json", help="Print the settings as JSON."),
 ) -> None:
     from localspec import profiles
@@ -99,7 +108,7 @@ def validate(files: list[Path] = typer.Argument(..., help="Profile files (.yaml)
 @app.command("default", help="Show or set the default profile (what `localspec run` uses with no model).")
 @user_errors
 def default(
-    name: Optional[str] = typer.Argument(None, help="The profile to make the default."),
+    name: Optional[str] = typer.Argument(None, help="The profile to make the default.", autocompletion=_profile_names),
     unset: bool = typer.Option(False, "--unset", help="Go back to the embedded default model."),
 ) -> None:
     from localspec import profiles

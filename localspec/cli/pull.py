@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from localspec.cli._common import MODEL_HELP, user_errors
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
 HELP = "Download a model (and a draft) from the Hugging Face Hub into the standard HF cache."
@@ -21,7 +22,7 @@ EPILOG = (
 
 @user_errors
 def pull(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., help=MODEL_HELP, autocompletion=complete_model),
     draft: Optional[str] = typer.Option(None, "--draft", help="A draft model to pull as well."),
     as_json: bool = typer.Option(False, "--json", help="Print what was pulled as JSON."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show huggingface_hub's log."),

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from localspec.cli._common import user_errors
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
 HELP = "Remove a model from the Hugging Face cache: a whole repo, one quant of it, or one file."
@@ -15,7 +16,8 @@ EPILOG = "Examples:  localspec rm Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q8_0  ·
 
 @user_errors
 def rm(
-    model: str = typer.Argument(..., help="org/repo, org/repo:QUANT or org/repo/file.gguf"),
+    model: str = typer.Argument(..., help="org/repo, org/repo:QUANT or org/repo/file.gguf",
+                                autocompletion=complete_model),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
     from localspec.cli.ls import _size

@@ -23,6 +23,7 @@ from localspec.cli._common import (
     user_errors,
 )
 from localspec.errors import InvalidRequest, LocalspecError
+from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 from localspec.outputs.records import result_record
 from localspec.types import FinishReason, Message, Request, Result, SamplingParams
@@ -86,7 +87,8 @@ def _split_model_and_prompt(model: str | None, prompt: str | None) -> tuple[str 
 def run(
     ctx: typer.Context,
     model: Optional[str] = typer.Argument(
-        None, help=MODEL_HELP + " Default: the default profile if one is set, else the embedded SmolLM2-135M-Instruct."
+        None, help=MODEL_HELP + " Default: the default profile if one is set, else the embedded SmolLM2-135M-Instruct.",
+        autocompletion=complete_model,
     ),
     prompt: Optional[str] = typer.Argument(
         None, help="The prompt. Piped stdin is appended after it."

@@ -1,0 +1,1 @@
+complete --command localspec --no-files --arguments "(env _LOCALSPEC_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) localspec)" --condition "env _LOCALSPEC_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) localspec"
