@@ -47,12 +47,14 @@ class DraftModel:
         self._batch = backend.Batch(n_batch)
         self._tokens: list[list[int]] = [[] for _ in range(n_slots)]  # what each seq's KV holds
 
-    def draft(self, jobs: list[DraftJob], p_min: float, on_step: Callable[[float], None]) -> None:
+    def draft(self, jobs: list[DraftJob], p_min: float, on_step: Callable[[float], None]) -> int:
         """Fill each job's drafts (up to its k; fewer when the draft's confidence drops
-        below ``p_min``). Catches each sequence up with its target context first."""
+        below ``p_min``). Catches each sequence up with its target context first, and
+        returns how many tokens that took."""
         batch = self._batch
         batch.clear()
         waiting: list[tuple[DraftJob, int]] = []
+        caught_up = 0
         for job in jobs:
             have = self._tokens[job.seq]
             keep = min(_common_prefix(have, job.context), len(job.context) - 1)
@@ -64,12 +66,13 @@ class DraftModel:
                     self._flush(waiting, p_min)
                 row = batch.add(job.context[i], i, job.seq, i == len(job.context) - 1)
             have.extend(job.context[keep:])
+            caught_up += len(job.context) - keep
             waiting.append((job, row))
         self._flush(waiting, p_min)
         while True:
             live = [j for j in jobs if not j.done]
             if not live:
-                return
+                return caught_up
             t0 = time.perf_counter()
             for job in live:
                 pos = len(job.context) + len(job.drafts) - 1

@@ -11,6 +11,8 @@ acceptance so far, including k = 0 when nothing beats plain decoding.
 from __future__ import annotations
 
 import bisect
+import statistics
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -188,9 +190,15 @@ def ngram_prior(n: int, streak: int) -> float:
 
 class Costs:
     """What a target decode of b tokens and a draft step cost here, measured: calibrated
-    at start, then followed with an exponential moving average."""
+    at start (or remembered from an earlier run), then followed as the median of the last
+    WINDOW decodes of each size. A median shrugs off the spikes a busy machine throws,
+    and a remembered value is one vote: two fresh decodes outvote it, so a figure from a
+    slower hour cannot keep a batch size from ever being tried again."""
+
+    WINDOW = 15
 
     def __init__(self) -> None:
+        self._obs: dict[int, deque[float]] = {}
         self._target: dict[int, float] = {}
         self.draft_step = 0.0  # seconds per draft decode (all slots together)
         self.draft_per_token = 0.0  # seconds per drafted token, whole phases measured
@@ -198,11 +206,13 @@ class Costs:
         self._phase_n = 0.0
 
     def set_target(self, b: int, seconds: float) -> None:
+        self._obs[b] = deque([seconds], maxlen=self.WINDOW)
         self._target[b] = seconds
 
     def observe_target(self, b: int, seconds: float) -> None:
-        old = self._target.get(b)
-        self._target[b] = seconds if old is None else 0.9 * old + 0.1 * seconds
+        window = self._obs.setdefault(b, deque(maxlen=self.WINDOW))
+        window.append(seconds)
+        self._target[b] = statistics.median(window)
 
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
@@ -217,11 +227,24 @@ class Costs:
 
     @property
     def draft_token(self) -> float:
-        """Seconds per drafted token: measured per phase once known, else one step."""
-        return max(self.draft_per_token, self.draft_step)
+        """Seconds per drafted token: measured per phase once known, else one step; never
+        more than three steps (a phase that cost more was not steady-state drafting)."""
+        per_token = min(self.draft_per_token, 3 * self.draft_step) if self.draft_step else self.draft_per_token
+        return max(per_token, self.draft_step)
 
     def target(self, b: int) -> float:
-        """Interpolated (or extrapolated) cost of a target decode of b tokens."""
+        """Cost of a target decode of b tokens: measured, interpolated or extrapolated,
+        then held to what must be true: never more than a larger batch costs, and never
+        more than b single decodes (a stale or unlucky figure breaks these)."""
+        t = self._estimate(b)
+        for c, tc in self._target.items():
+            if c > b:
+                t = min(t, tc)
+        if 1 in self._target:
+            t = min(t, b * self._target[1])
+        return t
+
+    def _estimate(self, b: int) -> float:
         if b in self._target:
             return self._target[b]
         known = sorted(self._target)
@@ -242,7 +265,7 @@ class Costs:
         return self._target[known[-1]] * b / known[-1]
 
     def snapshot(self) -> dict[int, float]:
-        return dict(sorted(self._target.items()))
+        return {b: self.target(b) for b in sorted(self._target)}
 
     def to_dict(self) -> dict:
         return {"target": {str(b): t for b, t in self._target.items()}, "draft_step": self.draft_step,
@@ -251,7 +274,8 @@ class Costs:
     @classmethod
     def from_dict(cls, data: dict) -> Costs:
         costs = cls()
-        costs._target = {int(b): float(t) for b, t in data.get("target", {}).items()}
+        for b, t in data.get("target", {}).items():
+            costs.set_target(int(b), float(t))
         costs.draft_step = float(data.get("draft_step", 0.0))
         costs.draft_per_token = float(data.get("draft_per_token", 0.0))
         return costs

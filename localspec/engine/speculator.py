@@ -22,6 +22,7 @@ from localspec.engine.speculate import (
 )
 
 PROBE_CATCH_UP_MAX = 32  # tokens the draft model may have to catch up for a probe
+STEADY_CATCH_UP = 2  # tokens a draft phase catches up in steady state (last draft + the target's)
 # A draft phase costs more than its decodes: catch-up of the target's new tokens and the
 # decode whose token the confidence cut discards (measured here: about 1.3x).
 DRAFT_OVERHEAD = 1.3
@@ -93,8 +94,11 @@ class Speculator:
                     jobs.append(DraftJob(slot.seq, slot.tokens + [slot.pending], k, self._picker(slot.sampler)))
         if jobs:
             t0 = time.perf_counter()
-            self.draft.draft(jobs, c.draft_p_min, self.costs.observe_draft)
-            self.costs.observe_drafting(time.perf_counter() - t0, sum(len(j.drafts) for j in jobs))
+            caught_up = self.draft.draft(jobs, c.draft_p_min, self.costs.observe_draft)
+            # A phase that first fed the draft a prompt is a one-off prefill, not what
+            # drafting costs: counted, one would keep the draft model off for good.
+            if caught_up <= STEADY_CATCH_UP * len(jobs):
+                self.costs.observe_drafting(time.perf_counter() - t0, sum(len(j.drafts) for j in jobs))
             for job in jobs:
                 plans[job.seq] = Plan("draft", job.drafts, job.qs)
         return plans

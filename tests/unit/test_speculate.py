@@ -97,6 +97,18 @@ def test_costs_interpolate_and_extrapolate():
     assert c.target(24) > 2.9
 
 
+def test_costs_follow_the_median_and_a_remembered_figure_is_one_vote():
+    c = Costs.from_dict({"target": {"1": 1.0, "3": 5.0, "4": 6.0, "8": 3.0}})
+    # impossible figures are bounded: no more than a larger batch, no more than b singles
+    assert c.target(4) == pytest.approx(3.0) and c.target(3) == pytest.approx(3.0)
+    for t in (1.5, 1.6):
+        c.observe_target(3, t)
+    assert c.target(3) == pytest.approx(1.6)  # two fresh decodes outvote the stored 5.0
+    for t in (1.0, 1.1, 9.0, 1.0, 1.2):  # a spike does not move the median
+        c.observe_target(1, t)
+    assert c.target(1) == pytest.approx(1.05)  # the median of 1.0, 1.0, 1.0, 1.1, 1.2, 9.0
+
+
 def test_no_speculation_when_the_draft_costs_too_much():
     costs = costs_from({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.4, 16: 2.9})
     acc = Acceptance(prior=0.6, k_max=16)
