@@ -77,7 +77,7 @@ def spec_options():
     d = SpecConfig()
     return dict(
         spec=typer.Option("auto", "--spec", help=SPEC_HELP, case_sensitive=False),
-        draft=typer.Option(None, "--draft", help="A draft model (.gguf) with the target's tokenizer."),
+        draft=typer.Option(None, "--draft", help="A draft model with the target's tokenizer: a .gguf path, a Hub name, or auto (find one)."),
         draft_max=typer.Option(d.draft_max, "--draft-max", min=1, max=64, help="Draft at most this many tokens a step."),
         draft_min=typer.Option(d.draft_min, "--draft-min", min=0, max=64, help="When drafting, draft at least this many."),
         draft_p_min=typer.Option(
