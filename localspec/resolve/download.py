@@ -24,19 +24,24 @@ from localspec.errors import HubError
 CHUNK = 1 << 20
 RETRIES = 5
 
-Progress = Callable[[str, int, "int | None"], None]
+Progress = Callable[[str, int, "int | None"], None]  # (file, bytes done, total)
 
 
-def transport_errors() -> tuple[type[BaseException], ...]:
+def http_transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's connection-level errors: httpx2 under huggingface_hub 2, httpx under 1.x."""
     import importlib
 
-    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    found: list[type[BaseException]] = []
     for module in ("httpx2", "httpx"):
         try:
             found.append(importlib.import_module(module).TransportError)
         except (ImportError, AttributeError):
             pass
     return tuple(found)
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    return (ConnectionError, TimeoutError, *http_transport_errors())
 
 
 def fetch_to_cache(

@@ -14,14 +14,13 @@ set by a test or a profile apply.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.errors import HubError, HubUnreachable, NotInCache
+from localspec.resolve.download import Progress, http_transport_errors
 from localspec.resolve.gguf_header import BadHeader, Header, Incomplete
 from localspec.resolve.gguf_header import parse as parse_header
 from localspec.resolve.gguf_info import ModelInfo, info_from_header, merge, read_header
@@ -41,7 +40,6 @@ _QUANT_TAG = re.compile(
 )
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 
-Progress = Callable[[str, int, "int | None"], None]  # (file, bytes done, total)
 
 
 @dataclass(frozen=True)
@@ -407,13 +405,8 @@ def map_error(exc: Exception, ref: HubRef, filename: str | None = None) -> Excep
         if status in (401, 403):
             return HubError(f"The Hub refused access to {what} (HTTP {status}); {login}.")
         return HubUnreachable(f"The Hub answered HTTP {status} for {what}; try again later.")
-    for module in ("httpx2", "httpx"):  # huggingface_hub 2 uses httpx2, 1.x httpx
-        try:
-            transport_error = importlib.import_module(module).TransportError
-        except (ImportError, AttributeError):
-            continue
-        if isinstance(exc, transport_error):
-            return HubUnreachable(f"Cannot reach the Hub at {_endpoint_of(exc)} for {what}.")
+    if isinstance(exc, http_transport_errors()):
+        return HubUnreachable(f"Cannot reach the Hub at {_endpoint_of(exc)} for {what}.")
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return HubUnreachable(f"Cannot reach the Hub for {what}: {exc}.")
     return None
