@@ -390,8 +390,8 @@ class Engine:
         """Hand one token to the request; False when that ended it."""
         job = slot.job
         slot.sampler.accept(token)
-        if slot.spec is not None and slot.spec.ngram is not None:
-            slot.spec.ngram.extend([token])
+        if slot.spec is not None:
+            slot.spec.emitted(token)
         if slot.generated == 0:
             slot.t_first = time.perf_counter()
         slot.generated += 1

@@ -150,14 +150,26 @@ class Acceptance:
         self.deepest = 0  # the deepest position ever judged
 
     def update(self, drafted: int, accepted: int) -> None:
+        """A whole draft judged: ``accepted`` of its ``drafted`` tokens were kept."""
         if drafted == 0:
             return
+        self.begin()
+        for depth in range(1, min(accepted + 1, drafted) + 1):  # positions actually judged
+            self.judge(depth, depth <= accepted)
+
+    def begin(self) -> None:
+        """A new proposal: older evidence weighs a little less."""
         self.tried *= self.decay
         self.kept *= self.decay
-        last = min(accepted + 1, drafted)  # positions that were actually judged
-        self.deepest = max(self.deepest, last)
-        self.tried[1 : last + 1] += 1
-        self.kept[1 : accepted + 1] += 1
+
+    def judge(self, depth: int, kept: bool) -> None:
+        """The proposal's token at ``depth`` (1-based, all before it kept) was judged."""
+        if depth >= self.tried.size:
+            return
+        self.deepest = max(self.deepest, depth)
+        self.tried[depth] += 1
+        if kept:
+            self.kept[depth] += 1
 
     def rates(self, k: int) -> np.ndarray:
         out = np.empty(k)
@@ -172,19 +184,19 @@ class Acceptance:
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
 
 
-STREAKS = (0, 1, 2)  # no n-gram tokens kept in a row; a few; 8 or more: inside a copy
+STREAKS = (0, 1, 2, 3)  # output tokens that followed n-gram proposals in a row: 0, 1-3, 4-7, 8+
 
 
 def streak_bucket(kept_in_a_row: int) -> int:
-    return 0 if kept_in_a_row == 0 else (1 if kept_in_a_row < 8 else 2)
+    return 0 if kept_in_a_row == 0 else (1 if kept_in_a_row < 4 else (2 if kept_in_a_row < 8 else 3))
 
 
 def ngram_prior(n: int, streak: int) -> float:
     """Acceptance expected of a draft that an n-gram match proposes, before any evidence:
     a single matching token says little, four say much more, and inside a long run of
-    kept drafted tokens (a copied stretch) the next draft is likely kept too."""
+    output that followed the proposals (a copied stretch) the next draft is likely kept."""
     if streak:
-        return 0.7 if streak == 1 else 0.85
+        return (0.7, 0.85, 0.93)[streak - 1]
     return {1: 0.2, 2: 0.35, 3: 0.5}.get(n, 0.6)
 
 
@@ -321,6 +333,23 @@ def draft_can_pay(costs: Costs, k_max: int, alpha: float = 0.95, margin: float =
 
 
 @dataclass
+class Shadow:
+    """An n-gram proposal that was not drafted, judged against the tokens that follow.
+
+    Under greedy decoding the tokens a verification would have kept are exactly the
+    proposal's common prefix with the output; under sampling with a one-hot q a draft x is
+    kept with probability p(x), the chance that the output token is x. So an undrafted
+    proposal measures the acceptance it would have had, at every depth, for free: the
+    choice of k learns where drafting would pay without paying for a failed draft (on a
+    CPU where only long drafts pay, short probes could never show it)."""
+
+    acceptance: Acceptance  # of the (n-gram order, streak bucket) it was proposed under
+    tokens: list[int]
+    start: int  # where in the index the proposal was copied from
+    matched: int = 0
+
+
+@dataclass
 class SlotSpec:
     """One request's speculation state: its n-gram index, acceptance, and stats."""
 
@@ -343,6 +372,40 @@ class SlotSpec:
     draft_s: float = 0.0
     verify_s: float = 0.0
     sample_s: float = 0.0
+    shadow: Shadow | None = None
+    shadowed: int = 0  # proposals judged without drafting
+
+    def shadow_proposal(self, acceptance: Acceptance, tokens: list[int], start: int) -> None:
+        """Judge an undrafted n-gram proposal against the coming output: one at a time
+        (a token is evidence once), replaced when the proposal's circumstances (order,
+        streak) change, so that each gets its evidence while it holds."""
+        if self.shadow is None or self.shadow.acceptance is not acceptance:
+            acceptance.begin()
+            self.shadow = Shadow(acceptance, tokens, start)
+            self.shadowed += 1
+
+    def emitted(self, token: int) -> None:
+        """A token of the output: indexed for lookup, and judged against the shadow as it
+        comes (evidence at once, not after a whole proposal's worth of steps)."""
+        if self.ngram is not None:
+            self.ngram.extend([token])
+        shadow = self.shadow
+        if shadow is None:
+            return
+        kept = token == shadow.tokens[shadow.matched]
+        shadow.acceptance.judge(shadow.matched + 1, kept)
+        if kept:
+            shadow.matched += 1
+            self.kept_in_a_row += 1
+            if self.ngram is not None:
+                self.ngram.accepted(shadow.start, shadow.matched)
+        else:
+            self.kept_in_a_row = 0
+        if not kept or shadow.matched == len(shadow.tokens):
+            self.shadow = None
+
+    def _streak(self, drafted: int, accepted: int) -> None:
+        self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
 
     def record(self, kind: str, drafted: int, accepted: int, order: int = 0) -> None:
         self.steps += 1
@@ -355,7 +418,7 @@ class SlotSpec:
         if kind == "ngram":
             self.ngram_drafted += drafted
             self.accept_ngram[order, self.streak].update(drafted, accepted)
-            self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
+            self._streak(drafted, accepted)
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)

@@ -27,6 +27,10 @@ STEADY_CATCH_UP = 2  # tokens a draft phase catches up in steady state (last dra
 # decode whose token the confidence cut discards (measured here: about 1.3x).
 DRAFT_OVERHEAD = 1.3
 DRAFT_PRIOR = 0.9  # acceptance expected of a same-family draft model before evidence
+# Batch sizes timed before the first draft. Costs are far from linear and not even
+# monotonic between these (on a 2-core CPU here: 8 and 16 tokens cost about the same,
+# 17 twice as much), so the sizes that kernels favour are measured, not extrapolated.
+CALIBRATION = (1, 2, 3, 4, 8, 16, 32)
 
 
 class Plan(NamedTuple):
@@ -42,7 +46,7 @@ class Speculator:
         self.n_ctx = n_ctx
         self.costs = costs or Costs()
         # costs remembered from an earlier run on this machine need no new measurement
-        self.calibrated = costs is not None and bool(costs.snapshot())
+        self.calibrated = costs is not None and not self._unmeasured(1 << 30)
 
     def start(self, prompt: list[int], mode: str) -> tuple[str, SlotSpec | None]:
         """A new request's effective mode and speculation state."""
@@ -85,11 +89,14 @@ class Speculator:
                     if k:
                         plans[slot.seq] = Plan(f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
                         slot.spec.ngram_start = start
+                        slot.spec.shadow = None
+                    else:  # judge it against the output instead
+                        slot.spec.shadow_proposal(acceptance, proposal, start)
                 if proposal or slot.mode == "ngram":
                     continue
             if self.draft is not None and slot.mode in ("draft", "auto") and self._draft_pays():
                 gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
-                k = self._choose(slot.spec, slot.spec.accept_draft, room, self.costs.draft_token, gap)
+                k = self._choose(slot.spec, slot.spec.accept_draft, room, self.costs.draft_token, probe=gap)
                 if k:
                     jobs.append(DraftJob(slot.seq, slot.tokens + [slot.pending], k, self._picker(slot.sampler)))
         if jobs:
@@ -118,16 +125,20 @@ class Speculator:
             return True
         return draft_can_pay(self.costs, self.config.draft_max)
 
-    def _choose(self, spec: SlotSpec, acceptance: Acceptance, room: int, draft_cost: float, catch_up: int = 0) -> int:
+    def _choose(
+        self, spec: SlotSpec, acceptance: Acceptance, room: int, draft_cost: float, probe: int | None = None
+    ) -> int:
+        """The k that pays. A draft model's acceptance can only be learnt by drafting, so
+        after a while without drafts it drafts once anyway (``probe``: the tokens it must
+        first catch up; a probe after a long pause is a prefill costing several target
+        steps, so only while that is short). N-gram proposals are judged as shadows."""
         if room <= 0:
             return 0
         k_min = min(self.config.draft_min, room)
         if not self.config.adaptive:
             return room
         k = choose_k(acceptance, self.costs, k_max=room, k_min=k_min, draft_cost=draft_cost)
-        # A probe of the draft model first feeds it every token it missed (a prefill that
-        # costs several target steps after a long pause): probe only while that is short.
-        if k == 0 and catch_up <= PROBE_CATCH_UP_MAX and spec.should_probe():
+        if k == 0 and probe is not None and probe <= PROBE_CATCH_UP_MAX and spec.should_probe():
             k = max(1, k_min)
         return k
 
@@ -142,14 +153,17 @@ class Speculator:
 
         return pick
 
+    def _unmeasured(self, capacity: int) -> list[int]:
+        known = self.costs.snapshot()
+        return [b for b in CALIBRATION if b <= capacity and b not in known]
+
     def calibrate(self, ctx: backend.Context, batch: backend.Batch, seq: int, token: int) -> None:
-        """Time target decodes of 1, 2, 3, 4, 8, 16 tokens (and one draft step) once, on a
-        free sequence, so that the first choice of draft length rests on this machine's
-        numbers. Must run on the engine thread (llama.cpp's thread pool lives there)."""
+        """Time target decodes of the CALIBRATION sizes not yet known (and one draft step)
+        once, on a free sequence, so that the first choice of draft length rests on this
+        machine's numbers. Must run on the engine thread (llama.cpp's thread pool lives
+        there; the first decode also warms it up)."""
         self.calibrated = True
-        for b in (1, 1, 2, 3, 4, 8, 16):
-            if b > batch.capacity:
-                break
+        for b in [1, *self._unmeasured(batch.capacity)]:
             times = []
             for _ in range(3):
                 batch.clear()
@@ -161,7 +175,7 @@ class Speculator:
                 ctx.seq_rm(seq, -1, -1)
             self.costs.set_target(b, sorted(times)[1])  # the median: the minimum flatters
         batch.clear()
-        if self.draft is not None:
+        if self.draft is not None and not self.costs.draft_step:
             best = float("inf")
             for _ in range(3):
                 job = DraftJob(seq, [token], 1, lambda logits, d: (token, one_hot(token), 1.0))
