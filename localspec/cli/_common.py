@@ -65,8 +65,8 @@ def run_app(app: typer.Typer) -> int:
 # ---------------------------------------------------------------- shared options
 
 SPEC_HELP = (
-    "Speculative decoding: auto (n-gram lookup, and the draft model where n-grams find "
-    "nothing), ngram, draft, or off. It turns itself off whenever it would not pay."
+    "Speculative decoding: auto (n-gram lookup, and the draft model where no n-gram "
+    "proposal pays), ngram, draft, or off. It turns itself off whenever it would not pay."
 )
 
 

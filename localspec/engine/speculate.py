@@ -140,8 +140,10 @@ class NgramIndex:
 class Acceptance:
     """Per-position acceptance rates alpha_i = P(draft i kept | drafts before it kept),
     with forgetting, so the estimate follows the text as it changes. Each position's prior
-    is the estimate of the position before it: depths never tried inherit what was seen
-    just above them (in a copied stretch, every depth is kept), not a fixed guess."""
+    is the estimate of the position before it, but never above the prior itself: evidence
+    that the first tokens are kept lowers deeper guesses when it is bad, and raises a
+    depth only where that depth was seen kept (a long draft on one lucky short match
+    costs several plain steps where batches are dear)."""
 
     def __init__(self, prior: float, k_max: int, weight: float = 2.0, decay: float = 0.97) -> None:
         self.prior, self.weight, self.decay = prior, weight, decay
@@ -175,7 +177,7 @@ class Acceptance:
         out = np.empty(k)
         prev = self.prior
         for i in range(k):
-            prev = (self.kept[i + 1] + self.weight * prev) / (self.tried[i + 1] + self.weight)
+            prev = (self.kept[i + 1] + self.weight * min(prev, self.prior)) / (self.tried[i + 1] + self.weight)
             out[i] = prev
         return out
 

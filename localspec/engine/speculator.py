@@ -90,10 +90,11 @@ class Speculator:
                         plans[slot.seq] = Plan(f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
                         slot.spec.ngram_start = start
                         slot.spec.shadow = None
-                    else:  # judge it against the output instead
-                        slot.spec.shadow_proposal(acceptance, proposal, start)
-                if proposal or slot.mode == "ngram":
+                        continue
+                    slot.spec.shadow_proposal(acceptance, proposal, start)  # judged on the output instead
+                if slot.mode == "ngram":
                     continue
+            # auto: the draft model where the n-gram lookup has nothing that pays
             if self.draft is not None and slot.mode in ("draft", "auto") and self._draft_pays():
                 gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
                 k = self._choose(slot.spec, slot.spec.accept_draft, room, self.costs.draft_token, probe=gap)
