@@ -140,10 +140,12 @@ class NgramIndex:
 class Acceptance:
     """Per-position acceptance rates alpha_i = P(draft i kept | drafts before it kept),
     with forgetting, so the estimate follows the text as it changes. Each position's prior
-    is the estimate of the position before it, but never above the prior itself: evidence
-    that the first tokens are kept lowers deeper guesses when it is bad, and raises a
-    depth only where that depth was seen kept (a long draft on one lucky short match
-    costs several plain steps where batches are dear)."""
+    is the estimate of the position before it (in a copied stretch, every depth is kept),
+    but no better than the prior itself until that position was judged at least twice:
+    a long draft on one lucky short match costs several plain steps where batches are
+    dear."""
+
+    SURE = 1.5  # judgements (decayed) a depth needs before the next one may inherit above the prior
 
     def __init__(self, prior: float, k_max: int, weight: float = 2.0, decay: float = 0.97) -> None:
         self.prior, self.weight, self.decay = prior, weight, decay
@@ -175,9 +177,12 @@ class Acceptance:
 
     def rates(self, k: int) -> np.ndarray:
         out = np.empty(k)
-        prev = self.prior
+        prev, sure = self.prior, True
         for i in range(k):
-            prev = (self.kept[i + 1] + self.weight * min(prev, self.prior)) / (self.tried[i + 1] + self.weight)
+            guess = prev if sure else min(prev, self.prior)
+            prev = (self.kept[i + 1] + self.weight * guess) / (self.tried[i + 1] + self.weight)
+            if self.tried[i + 1] > 0:  # an untried depth passes on what the one above had
+                sure = self.tried[i + 1] >= self.SURE
             out[i] = prev
         return out
 
