@@ -140,7 +140,9 @@ class Engine:
         self.load_s = time.perf_counter() - t0
         self._batch = backend.Batch(config.n_batch)
         self._costs_key = costs_cache.key(model_path, config.draft_model, config.n_threads, config.kv_type)
-        self.speculator = Speculator(self.spec, self.draft, self.n_ctx, costs_cache.load(self._costs_key))
+        self.speculator = Speculator(
+            self.spec, self.draft, self.n_ctx, costs_cache.load(self._costs_key), self._batch.capacity
+        )
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._waiting: list[_Job] = []
@@ -237,7 +239,7 @@ class Engine:
 
     def _calibrate(self) -> None:
         free = [s.seq for s in self._slots if not s.active and not s.tokens]
-        if not self.speculator.calibrated and free:  # else the costs are learnt online
+        if free and self.speculator.unmeasured(self._batch.capacity):  # else the costs are learnt online
             self.speculator.calibrate(self.ctx, self._batch, free[0], max(self.model.vocab.bos, 0))
 
     def _wake(self) -> None:

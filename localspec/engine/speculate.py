@@ -221,6 +221,7 @@ class Costs:
     def __init__(self) -> None:
         self._obs: dict[int, deque[float]] = {}
         self._target: dict[int, float] = {}
+        self._table: np.ndarray | None = None
         self.draft_step = 0.0  # seconds per draft decode (all slots together)
         self.draft_per_token = 0.0  # seconds per drafted token, whole phases measured
         self._phase_s = 0.0
@@ -229,11 +230,20 @@ class Costs:
     def set_target(self, b: int, seconds: float) -> None:
         self._obs[b] = deque([seconds], maxlen=self.WINDOW)
         self._target[b] = seconds
+        self._table = None
 
     def observe_target(self, b: int, seconds: float) -> None:
         window = self._obs.setdefault(b, deque(maxlen=self.WINDOW))
         window.append(seconds)
         self._target[b] = statistics.median(window)
+        self._table = None
+
+    def table(self, n: int) -> np.ndarray:
+        """[T(1), ..., T(n)] as an array (index b - 1), kept until the next observation:
+        the choice of k reads it every step, for every k."""
+        if self._table is None or self._table.size < n:
+            self._table = np.array([self.target(b) for b in range(1, max(n, 17) + 1)])
+        return self._table[:n]
 
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
@@ -317,15 +327,14 @@ def choose_k(
     k = 16 costs several plain steps."""
     growth = 2 if draft_cost > 0 else 4
     k_max = min(k_max, max(4, growth * acceptance.deepest))
-    if k_max < max(1, k_min):
+    k_lo = max(1, k_min)
+    if k_max < k_lo:
         return 0
-    best_k, best_rate = 0, 1.0 / costs.target(1)
-    expected = acceptance.expected_tokens(k_max)
-    for k in range(max(1, k_min), k_max + 1):
-        rate = expected[k] / (costs.target(1 + k) + k * draft_cost)
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    return best_k
+    ks = np.arange(k_lo, k_max + 1)
+    t = costs.table(k_max + 1)
+    rates = acceptance.expected_tokens(k_max)[ks] / (t[ks] + ks * draft_cost)  # t[k] is T(k + 1)
+    best = int(np.argmax(rates))
+    return int(ks[best]) if rates[best] > 1.0 / t[0] else 0
 
 
 def draft_can_pay(costs: Costs, k_max: int, alpha: float = 0.95, margin: float = 1.02) -> bool:

@@ -30,7 +30,7 @@ DRAFT_PRIOR = 0.9  # acceptance expected of a same-family draft model before evi
 # Batch sizes timed before the first draft. Costs are far from linear and not even
 # monotonic between these (on a 2-core CPU here: 8 and 16 tokens cost about the same,
 # 17 twice as much), so the sizes that kernels favour are measured, not extrapolated.
-CALIBRATION = (1, 2, 3, 4, 8, 16, 32)
+CALIBRATION = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 
 
 class Plan(NamedTuple):
@@ -40,13 +40,16 @@ class Plan(NamedTuple):
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, draft: DraftModel | None, n_ctx: int, costs: Costs | None = None) -> None:
+    def __init__(
+        self, config: SpecConfig, draft: DraftModel | None, n_ctx: int, costs: Costs | None = None,
+        batch_capacity: int = 512,
+    ) -> None:
         self.config = config
         self.draft = draft
         self.n_ctx = n_ctx
+        self.batch_capacity = batch_capacity  # the target batch holds every slot's drafts
         self.costs = costs or Costs()
-        # costs remembered from an earlier run on this machine need no new measurement
-        self.calibrated = costs is not None and not self._unmeasured(1 << 30)
+        self.calibrated = costs is not None  # measured now or remembered: worth saving
 
     def start(self, prompt: list[int], mode: str) -> tuple[str, SlotSpec | None]:
         """A new request's effective mode and speculation state."""
@@ -71,11 +74,13 @@ class Speculator:
         plans: dict[int, Plan] = {}
         jobs: list[DraftJob] = []
         c = self.config
+        share = self.batch_capacity // max(1, len(slots)) - 1  # each slot's pending token + drafts
         for slot in slots:
             if slot.spec is None:
                 continue
             room = min(
                 c.draft_max,
+                share,
                 self.n_ctx - 1 - len(slot.tokens),
                 (slot.job.request.max_tokens or 1 << 30) - slot.generated - 1,
             )
@@ -154,9 +159,13 @@ class Speculator:
 
         return pick
 
-    def _unmeasured(self, capacity: int) -> list[int]:
+    def unmeasured(self, capacity: int) -> list[int]:
+        """Calibration sizes the choice of k may need (up to twice the longest draft's
+        batch) that were never timed here; costs remembered from an earlier run on this
+        machine need no new measurement."""
         known = self.costs.snapshot()
-        return [b for b in CALIBRATION if b <= capacity and b not in known]
+        limit = min(capacity, 2 * (self.config.draft_max + 1))
+        return [b for b in CALIBRATION if b <= limit and b not in known]
 
     def calibrate(self, ctx: backend.Context, batch: backend.Batch, seq: int, token: int) -> None:
         """Time target decodes of the CALIBRATION sizes not yet known (and one draft step)
@@ -164,7 +173,7 @@ class Speculator:
         machine's numbers. Must run on the engine thread (llama.cpp's thread pool lives
         there; the first decode also warms it up)."""
         self.calibrated = True
-        for b in [1, *self._unmeasured(batch.capacity)]:
+        for b in [1, *self.unmeasured(batch.capacity)]:
             times = []
             for _ in range(3):
                 batch.clear()
