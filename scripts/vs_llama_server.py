@@ -2,7 +2,7 @@
 speculative modes, for the comparison the bench's ratios are read against.
 
     python scripts/vs_llama_server.py LLAMA_SERVER MODEL.gguf [--draft DRAFT.gguf]
-        [--only code] [--max-tokens 256] [--threads N] [--json OUT]
+        [--only code] [--configs ngram-mod,...] [--max-tokens 256] [--threads N] [--json OUT]
 
 Each configuration starts its own server (greedy, prompt cache off, one slot), sends
 every prompt through /v1/chat/completions (the model's chat template, as the bench
@@ -70,11 +70,15 @@ def main() -> None:
     ap.add_argument("--only", default="")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--configs", help="comma-separated configuration names (default: all)")
     ap.add_argument("--json")
     args = ap.parse_args()
     configs = dict(CONFIGS)
     if args.draft:
-        configs["draft n_max 3"] = ["-md", args.draft, "--spec-draft-n-max", "3"]
+        configs["draft n_max 3"] = ["--spec-type", "draft-simple", "-md", args.draft, "--spec-draft-n-max", "3"]
+    if args.configs:
+        wanted = ["plain", *(c.strip() for c in args.configs.split(","))]
+        configs = {name: configs[name] for name in dict.fromkeys(wanted)}
     prompts = [p for p in SUITE if args.only in p.name or args.only in p.kind]
     rows, plain = [], {}
     for name, extra in configs.items():
