@@ -230,3 +230,40 @@ def test_a_shadow_is_judged_token_by_token():
     assert spec.kept_in_a_row == 2 and spec.ngram.cursor == start + 2
     spec.emitted(9)  # the copy ends: depth 3 judged not kept, the shadow is done
     assert acc.tried[3] == 1 and acc.kept[3] == 0 and spec.shadow is None and spec.kept_in_a_row == 0
+
+
+class CheapDraft:
+    """Stands in for the draft model (not what is tested here: the routing between the
+    drafters is): every slot already caught up, each job drafts token 7."""
+
+    def __init__(self) -> None:
+        self.jobs = []
+
+    def cached(self, seq: int, context: list[int]) -> int:
+        return len(context)
+
+    def draft(self, jobs, p_min, on_step) -> int:
+        for job in jobs:
+            job.drafts, job.qs = [7] * job.k, [one_hot(7)] * job.k
+        self.jobs += jobs
+        return 0
+
+
+@pytest.mark.parametrize("mode,drafts_with_the_model", [("auto", True), ("ngram", False)])
+def test_auto_uses_the_draft_model_where_the_ngram_proposal_does_not_pay(mode: str, drafts_with_the_model: bool):
+    costs = costs_from(LONG_ONLY)
+    costs.draft_step = costs.draft_per_token = 1.0  # a draft token costs 1/36 of a target step
+    draft = CheapDraft()
+    speculator = Speculator(SpecConfig(mode=mode), draft, n_ctx=4096, costs=costs)
+    prompt = [1, 2, 3, 4, 5, 6, 3]  # "3" was seen before: a 1-gram proposal, [4, 5, 6, 3]
+    _, spec = speculator.start(prompt, mode)
+    slot = SimpleNamespace(seq=0, spec=spec, mode=mode, tokens=prompt[:-1], pending=3, generated=1,
+                           sampler=Sampler(SamplingParams(temperature=0.0)),
+                           job=SimpleNamespace(request=SimpleNamespace(max_tokens=None)))
+    assert spec.ngram.propose(4)[1] == [4, 5, 6, 3]
+    plans = speculator.plan([slot])
+    assert spec.shadow is not None  # the n-gram proposal did not pay: it is only judged
+    if drafts_with_the_model:
+        assert plans[0].kind == "draft" and plans[0].tokens and draft.jobs
+    else:
+        assert plans == {} and not draft.jobs
