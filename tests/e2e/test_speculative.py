@@ -85,6 +85,19 @@ def test_three_requests_with_speculation_together_equal_each_alone(tiny_model, t
         assert [ids(s) for s in streams] == [plain_outputs[p] for p in PROMPTS[:3]]
 
 
+def test_drafts_of_many_slots_share_a_small_batch(tiny_model, plain_outputs):
+    """Three slots drafting up to 16 tokens each would need 51 rows; a 16-row batch gives
+    each a share (here 4 drafts) instead of writing past its end."""
+    config = EngineConfig(n_ctx=512, n_slots=3, n_batch=16,
+                          spec=SpecConfig(mode="ngram", adaptive=False, draft_max=16, draft_p_min=0.0))
+    with Engine(tiny_model, config) as e:
+        streams = [e.submit(Request(prompt=p, sampling=GREEDY, max_tokens=80)) for p in PROMPTS[:3]]
+        outs = [ids(s) for s in streams]
+        stats = [s.result.spec for s in streams]
+    assert outs == [plain_outputs[p] for p in PROMPTS[:3]]
+    assert sum(st.drafted for st in stats) > 0 and max(max(st.draft_lengths) for st in stats) <= 4
+
+
 def _chi2_two_sample(a: list[int], b: list[int]) -> tuple[float, int]:
     cats = sorted(set(a) | set(b))
     ca = np.array([a.count(c) for c in cats], dtype=float)
