@@ -191,11 +191,11 @@ class Acceptance:
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
 
 
-STREAKS = (0, 1, 2, 3)  # output tokens that followed n-gram proposals in a row: 0, 1-3, 4-7, 8+
+STREAKS = (0, 1, 2)  # output tokens that followed n-gram proposals in a row: 0, 1-3, 4 or more
 
 
 def streak_bucket(kept_in_a_row: int) -> int:
-    return 0 if kept_in_a_row == 0 else (1 if kept_in_a_row < 4 else (2 if kept_in_a_row < 8 else 3))
+    return 0 if kept_in_a_row == 0 else (1 if kept_in_a_row < 4 else 2)
 
 
 def ngram_prior(n: int, streak: int) -> float:
@@ -205,7 +205,7 @@ def ngram_prior(n: int, streak: int) -> float:
     the low side: the request's own evidence comes free (shadows) within a few tokens,
     while a long draft on an optimistic guess can cost several plain steps."""
     if streak:
-        return (0.6, 0.75, 0.85)[streak - 1]
+        return (0.6, 0.85)[streak - 1]
     return {1: 0.2, 2: 0.3, 3: 0.4}.get(n, 0.5)
 
 
