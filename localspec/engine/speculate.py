@@ -242,7 +242,7 @@ class Costs:
         """[T(1), ..., T(n)] as an array (index b - 1), kept until the next observation:
         the choice of k reads it every step, for every k."""
         if self._table is None or self._table.size < n:
-            self._table = np.array([self.target(b) for b in range(1, max(n, 17) + 1)])
+            self._table = np.array([self.target(b) for b in range(1, n + 1)])
         return self._table[:n]
 
     def observe_draft(self, seconds: float) -> None:
@@ -312,6 +312,12 @@ class Costs:
         return costs
 
 
+# A draft must be expected to beat plain decoding by this much. The best of many k is
+# chosen on estimates, so the one chosen is more often over- than under-estimated (the
+# winner's curse); near the line that turns an expected tie into a loss.
+PAY_MARGIN = 1.05
+
+
 def choose_k(
     acceptance: Acceptance,
     costs: Costs,
@@ -334,7 +340,7 @@ def choose_k(
     t = costs.table(k_max + 1)
     rates = acceptance.expected_tokens(k_max)[ks] / (t[ks] + ks * draft_cost)  # t[k] is T(k + 1)
     best = int(np.argmax(rates))
-    return int(ks[best]) if rates[best] > 1.0 / t[0] else 0
+    return int(ks[best]) if rates[best] > PAY_MARGIN / t[0] else 0
 
 
 def draft_can_pay(costs: Costs, k_max: int, alpha: float = 0.95, margin: float = 1.02) -> bool:
