@@ -238,9 +238,13 @@ class Engine:
         return self.speculator.costs
 
     def _calibrate(self) -> None:
-        free = [s.seq for s in self._slots if not s.active and not s.tokens]
-        if free and self.speculator.unmeasured(self._batch.capacity):  # else the costs are learnt online
-            self.speculator.calibrate(self.ctx, self._batch, free[0], max(self.model.vocab.bos, 0))
+        """Time the batch sizes not yet known, on an idle slot (an empty one if any: a
+        slot's cached prompt is lost to calibration); else the costs are learnt online."""
+        idle = sorted((s for s in self._slots if not s.active), key=lambda s: len(s.tokens))
+        if idle and self.speculator.unmeasured(self._batch.capacity):
+            self.ctx.seq_rm(idle[0].seq, -1, -1)
+            idle[0].tokens.clear()
+            self.speculator.calibrate(self.ctx, self._batch, idle[0].seq, max(self.model.vocab.bos, 0))
 
     def _wake(self) -> None:
         self._inbox.put(_WAKE)

@@ -26,7 +26,7 @@ MODES = ("off", "ngram", "draft", "auto")
 @dataclass(frozen=True)
 class SpecConfig:
     mode: str = "off"  # off | ngram | draft | auto (n-gram when it matches, else the draft)
-    draft_max: int = 16
+    draft_max: int = 64  # an upper bound: the engine picks k each step from measured costs
     draft_min: int = 0  # when speculating, draft at least this many
     draft_p_min: float = 0.75  # stop drafting when the draft's top probability falls below
     ngram_min: int = 1
@@ -139,13 +139,17 @@ class NgramIndex:
 
 class Acceptance:
     """Per-position acceptance rates alpha_i = P(draft i kept | drafts before it kept),
-    with forgetting, so the estimate follows the text as it changes. Each position's prior
-    is the estimate of the position before it (in a copied stretch, every depth is kept),
-    but no better than the prior itself until that position was judged at least twice:
-    a long draft on one lucky short match costs several plain steps where batches are
-    dear."""
+    with forgetting, so the estimate follows the text as it changes.
 
-    SURE = 1.5  # judgements (decayed) a depth needs before the next one may inherit above the prior
+    Depths are pooled in bands that double (1, 2, 3-4, 5-8, 9-16, 17-32, 33-64): a copy
+    that breaks at depth 10 says as much about depth 12 as about 10 (counted depth by
+    depth, the depths past a recurring break looked perfect, and 47-token drafts went on
+    failing at 10), and deep depths, each judged rarely, settle together. A band never
+    judged gets the estimate of the band before it, but no better than the prior until
+    that band was judged SURE times per depth: a long draft on one lucky short match costs
+    several plain steps where batches are dear."""
+
+    SURE = 1.5  # judgements (decayed) per depth a band needs before the next may inherit above the prior
 
     def __init__(self, prior: float, k_max: int, weight: float = 2.0, decay: float = 0.97) -> None:
         self.prior, self.weight, self.decay = prior, weight, decay
@@ -178,17 +182,28 @@ class Acceptance:
     def rates(self, k: int) -> np.ndarray:
         out = np.empty(k)
         prev, sure = self.prior, True
-        for i in range(k):
+        for lo, hi in _bands(k):
+            tried = float(self.tried[lo : hi + 1].sum())
+            kept = float(self.kept[lo : hi + 1].sum())
             guess = prev if sure else min(prev, self.prior)
-            prev = (self.kept[i + 1] + self.weight * guess) / (self.tried[i + 1] + self.weight)
-            if self.tried[i + 1] > 0:  # an untried depth passes on what the one above had
-                sure = self.tried[i + 1] >= self.SURE
-            out[i] = prev
+            prev = (kept + self.weight * guess) / (tried + self.weight)
+            if tried > 0:  # a band never judged passes on what the one before had
+                sure = tried >= self.SURE * (hi - lo + 1)
+            out[lo - 1 : hi] = prev
         return out
 
     def expected_tokens(self, k: int) -> np.ndarray:
         """Tokens one step yields with 0..k drafts: the kept prefix plus one target token."""
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
+
+
+def _bands(k: int) -> list[tuple[int, int]]:
+    """Depths 1..k in doubling bands: (1, 1), (2, 2), (3, 4), (5, 8), (9, 16), ..."""
+    out, lo, hi = [], 1, 1
+    while lo <= k:
+        out.append((lo, min(hi, k)))
+        lo, hi = hi + 1, 2 * hi
+    return out
 
 
 STREAKS = (0, 1, 2)  # output tokens that followed n-gram proposals in a row: 0, 1-3, 4 or more
@@ -217,11 +232,13 @@ class Costs:
     slower hour cannot keep a batch size from ever being tried again."""
 
     WINDOW = 15
+    TABLE = 65  # sizes tabled at least: the longest draft's batch at the default --draft-max
 
     def __init__(self) -> None:
         self._obs: dict[int, deque[float]] = {}
         self._target: dict[int, float] = {}
         self._table: np.ndarray | None = None
+        self._tabled: dict[int, float] = {}  # the figures the table was built from
         self.draft_step = 0.0  # seconds per draft decode (all slots together)
         self.draft_per_token = 0.0  # seconds per drafted token, whole phases measured
         self._phase_s = 0.0
@@ -235,14 +252,17 @@ class Costs:
     def observe_target(self, b: int, seconds: float) -> None:
         window = self._obs.setdefault(b, deque(maxlen=self.WINDOW))
         window.append(seconds)
-        self._target[b] = statistics.median(window)
-        self._table = None
+        self._target[b] = new = statistics.median(window)
+        tabled = self._tabled.get(b)
+        if tabled is None or abs(new - tabled) > 0.01 * tabled:  # the table follows moves over 1%
+            self._table = None
 
     def table(self, n: int) -> np.ndarray:
         """[T(1), ..., T(n)] as an array (index b - 1), kept until the next observation:
         the choice of k reads it every step, for every k."""
         if self._table is None or self._table.size < n:
-            self._table = np.array([self.target(b) for b in range(1, n + 1)])
+            self._table = self._build(max(n, self.TABLE))
+            self._tabled = dict(self._target)
         return self._table[:n]
 
     def observe_draft(self, seconds: float) -> None:
@@ -264,36 +284,32 @@ class Costs:
         return max(per_token, self.draft_step)
 
     def target(self, b: int) -> float:
-        """Cost of a target decode of b tokens: measured, interpolated or extrapolated,
-        then held to what must be true: never more than a larger batch costs, and never
-        more than b single decodes (a stale or unlucky figure breaks these)."""
-        t = self._estimate(b)
-        for c, tc in self._target.items():
-            if c > b:
-                t = min(t, tc)
-        if 1 in self._target:
-            t = min(t, b * self._target[1])
-        return t
+        return float(self.table(b)[b - 1])
 
-    def _estimate(self, b: int) -> float:
-        if b in self._target:
-            return self._target[b]
-        known = sorted(self._target)
-        if not known:  # nothing measured yet: a cautious guess, roughly a CPU's shape
-            return 1.0 + 0.15 * (b - 1)
-        lo = [x for x in known if x < b]
-        hi = [x for x in known if x > b]
-        if lo and hi:
-            a, c = lo[-1], hi[0]
-            w = (b - a) / (c - a)
-            return (1 - w) * self._target[a] + w * self._target[c]
-        if hi:  # below the smallest measured size
-            return self._target[hi[0]]
-        if len(known) >= 2:
-            a, c = known[-2], known[-1]
-            slope = max(0.0, (self._target[c] - self._target[a]) / (c - a))
-            return self._target[c] + slope * (b - c)
-        return self._target[known[-1]] * b / known[-1]
+    def _build(self, n: int) -> np.ndarray:
+        """Cost of a target decode of b = 1..n tokens: measured, else what the next
+        measured size costs (extrapolated past the largest), then held to what must be
+        true: never more than a larger batch costs, and never more than b single decodes
+        (a stale or unlucky figure breaks these). An unmeasured size is not a line between
+        two measured ones: kernels work in tiles (here 31 rows cost more than 32, 63 than 64)."""
+        b = np.arange(1, n + 1)
+        if not self._target:  # nothing measured yet: a cautious guess, roughly a CPU's shape
+            return 1.0 + 0.15 * (b - 1.0)
+        sizes = np.array(sorted(self._target))
+        t = np.array([self._target[int(x)] for x in sizes])
+        last = sizes[-1]
+        if sizes.size >= 2:
+            slope = max(0.0, (t[-1] - t[-2]) / (last - sizes[-2]))
+            beyond = t[-1] + slope * (b - last)
+        else:
+            beyond = t[-1] * b / last
+        at_or_above = np.searchsorted(sizes, b, side="left")
+        out = np.where(at_or_above < sizes.size, t[np.minimum(at_or_above, sizes.size - 1)], beyond)
+        larger_min = np.append(np.minimum.accumulate(t[::-1])[::-1], np.inf)  # min over sizes[i:]
+        out = np.minimum(out, larger_min[np.searchsorted(sizes, b, side="right")])
+        if sizes[0] == 1:
+            out = np.minimum(out, b * t[0])
+        return out
 
     def snapshot(self) -> dict[int, float]:
         return {b: self.target(b) for b in sorted(self._target)}
@@ -348,11 +364,11 @@ def draft_can_pay(costs: Costs, k_max: int, alpha: float = 0.95, margin: float =
     Trying it costs a prefill of the whole context in the draft, so where even alpha = 0.95
     would not win by ``margin`` (a draft step near a target step's cost, as on small CPUs
     with a same-family pair), the draft model is never tried."""
-    plain = 1.0 / costs.target(1)
-    best = 0.0
-    for k in range(1, k_max + 1):
-        expected = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-        best = max(best, expected / (costs.target(k + 1) + k * costs.draft_token))
+    k = np.arange(1, k_max + 1)
+    expected = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    t = costs.table(k_max + 1)
+    best = float(np.max(expected / (t[k] + k * costs.draft_token)))  # t[k] is T(k + 1)
+    plain = 1.0 / t[0]
     return best > plain * margin
 
 

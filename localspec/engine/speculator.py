@@ -160,12 +160,13 @@ class Speculator:
         return pick
 
     def unmeasured(self, capacity: int) -> list[int]:
-        """Calibration sizes the choice of k may need (up to twice the longest draft's
-        batch) that were never timed here; costs remembered from an earlier run on this
-        machine need no new measurement."""
+        """Calibration sizes the choice of k may need (up to the first that reaches
+        --draft-max: an unmeasured size is costed as the next measured one, or extrapolated
+        one past the largest) that were never timed here; costs remembered from an earlier
+        run need no new measurement."""
         known = self.costs.snapshot()
-        limit = min(capacity, 2 * (self.config.draft_max + 1))
-        return [b for b in CALIBRATION if b <= limit and b not in known]
+        limit = min((b for b in CALIBRATION if b >= self.config.draft_max), default=CALIBRATION[-1])
+        return [b for b in CALIBRATION if b <= min(limit, capacity) and b not in known]
 
     def calibrate(self, ctx: backend.Context, batch: backend.Batch, seq: int, token: int) -> None:
         """Time target decodes of the CALIBRATION sizes not yet known (and one draft step)

@@ -26,7 +26,7 @@ def test_bench_compares_plain_and_ngram_and_writes_json(tiny_model: Path):
     assert all(r["identical"] for r in spec)  # f32 model: speculation changes nothing
     # three rounds by default, a ratio per round, the median reported
     assert all(len(r["ratios"]) == 3 and abs(r["ratio"] - sorted(r["ratios"])[1]) < 1e-3 for r in spec)
-    assert "ngram@16" in data["summary"]
+    assert "ngram@64" in data["summary"]  # the default --draft-max
     assert "localspec bench · tiny.gguf" in res.stderr  # the table goes to stderr
 
 
