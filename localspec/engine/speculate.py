@@ -138,16 +138,15 @@ class NgramIndex:
 
 
 class Acceptance:
-    """Per-position acceptance rates alpha_i = P(draft i kept | drafts before it kept),
-    with forgetting, so the estimate follows the text as it changes.
+    """A draft model's per-position acceptance rates alpha_i = P(draft i kept | drafts
+    before it kept), with forgetting, so the estimate follows the text as it changes.
 
-    Depths are pooled in bands that double (1, 2, 3-4, 5-8, 9-16, 17-32, 33-64): a copy
-    that breaks at depth 10 says as much about depth 12 as about 10 (counted depth by
-    depth, the depths past a recurring break looked perfect, and 47-token drafts went on
-    failing at 10), and deep depths, each judged rarely, settle together. A band never
-    judged gets the estimate of the band before it, but no better than the prior until
-    that band was judged SURE times per depth: a long draft on one lucky short match costs
-    several plain steps where batches are dear."""
+    Depths are pooled in bands that double (1, 2, 3-4, 5-8, 9-16, 17-32, 33-64): a draft
+    that breaks at depth 10 says as much about depth 12 as about 10, and deep depths, each
+    judged rarely, settle together. A band never judged gets the estimate of the band
+    before it, but no better than the prior until that band was judged SURE times per
+    depth: a long draft on one lucky short one costs several plain steps where batches
+    are dear."""
 
     SURE = 1.5  # judgements (decayed) per depth a band needs before the next may inherit above the prior
 
@@ -161,23 +160,14 @@ class Acceptance:
         """A whole draft judged: ``accepted`` of its ``drafted`` tokens were kept."""
         if drafted == 0:
             return
-        self.begin()
-        for depth in range(1, min(accepted + 1, drafted) + 1):  # positions actually judged
-            self.judge(depth, depth <= accepted)
-
-    def begin(self) -> None:
-        """A new proposal: older evidence weighs a little less."""
         self.tried *= self.decay
         self.kept *= self.decay
-
-    def judge(self, depth: int, kept: bool) -> None:
-        """The proposal's token at ``depth`` (1-based, all before it kept) was judged."""
-        if depth >= self.tried.size:
-            return
-        self.deepest = max(self.deepest, depth)
-        self.tried[depth] += 1
-        if kept:
-            self.kept[depth] += 1
+        for depth in range(1, min(accepted + 1, drafted) + 1):  # positions actually judged
+            if depth >= self.tried.size:
+                break
+            self.deepest = max(self.deepest, depth)
+            self.tried[depth] += 1
+            self.kept[depth] += depth <= accepted
 
     def rates(self, k: int) -> np.ndarray:
         out = np.empty(k)
@@ -206,22 +196,85 @@ def _bands(k: int) -> list[tuple[int, int]]:
     return out
 
 
-STREAKS = (0, 1, 2)  # output tokens that followed n-gram proposals in a row: 0, 1-3, 4 or more
-
-
-def streak_bucket(kept_in_a_row: int) -> int:
-    return 0 if kept_in_a_row == 0 else (1 if kept_in_a_row < 4 else 2)
-
-
-def ngram_prior(n: int, streak: int) -> float:
-    """Acceptance expected of a draft that an n-gram match proposes, before any evidence:
-    a single matching token says little, four say more, and inside a long run of output
-    that followed the proposals (a copied stretch) the next draft is likely kept. Kept on
-    the low side: the request's own evidence comes free (shadows) within a few tokens,
-    while a long draft on an optimistic guess can cost several plain steps."""
-    if streak:
-        return (0.6, 0.85)[streak - 1]
+def ngram_prior(n: int) -> float:
+    """Acceptance expected of the first token an n-gram match proposes, before any
+    evidence: a single matching token says little, four say more."""
     return {1: 0.2, 2: 0.3, 3: 0.4}.get(n, 0.5)
+
+
+class RunAcceptance:
+    """n-gram acceptance by place in the run: the output tokens in a row that followed
+    the n-gram proposals so far (drafts kept, or proposals judged against the output).
+
+    Whether the next proposed token is kept depends less on how deep into one draft it
+    lies than on how long the copy has gone on: four tokens that follow a source may be a
+    coincidence, thirty are an edited file being written out again. So the rate at run
+    position p is learnt from every token judged at p, pooled in doubling bands (1, 2,
+    3-4, 5-8, ..., 65-128, ...); position 1 per n-gram length. A draft of k tokens at run
+    position r is costed with the rates of positions r+1..r+k: deep in a copy long drafts
+    pay at once; a copy resumed after an edit starts again at position 1. Before evidence,
+    a band gets its prior, or the band before it if that one is well judged and higher
+    (a copy that has gone on is no likelier to stop than a younger one). The priors are
+    on the low side for short runs, where a coincidence is common and a long draft on it
+    costs several plain steps, and high past 16 tokens, where text rarely follows a
+    source by chance."""
+
+    PRIORS = (0.3, 0.5, 0.7, 0.85, 0.95)  # run positions 2, 3-4, 5-8, 9-16, 17 on
+    BANDS = 16  # the last band holds every position past 2**14
+    WEIGHT = 3.0  # the prior counts as this many judgements
+    SURE = 1.5  # judgements (decayed) per position for a band to pass its rate on
+
+    def __init__(self, decay: float = 0.97) -> None:
+        self.decay = decay
+        self.tried = np.zeros(self.BANDS)
+        self.kept = np.zeros(self.BANDS)
+        self.first: dict[int, list[float]] = {}  # n-gram order -> [tried, kept] at position 1
+
+    def begin(self) -> None:
+        """A new proposal: older evidence weighs a little less."""
+        self.tried *= self.decay
+        self.kept *= self.decay
+        for counts in self.first.values():
+            counts[0] *= self.decay
+            counts[1] *= self.decay
+
+    def judge(self, position: int, kept: bool, order: int) -> None:
+        """The proposed token at run ``position`` (1-based) was judged."""
+        if position <= 1:
+            counts = self.first.setdefault(order, [0.0, 0.0])
+            counts[0] += 1
+            counts[1] += kept
+            return
+        band = min(self.BANDS - 1, int(np.ceil(np.log2(position))))
+        self.tried[band] += 1
+        self.kept[band] += kept
+
+    def update(self, run: int, drafted: int, accepted: int, order: int) -> None:
+        """A draft made at run position ``run`` judged: ``accepted`` of ``drafted`` kept."""
+        if drafted == 0:
+            return
+        self.begin()
+        for j in range(min(accepted + 1, drafted)):  # positions actually judged
+            self.judge(run + 1 + j, j < accepted, order)
+
+    def band_rates(self, order: int) -> np.ndarray:
+        out = np.empty(self.BANDS)
+        tried, kept = self.first.get(order, (0.0, 0.0))
+        prev = out[0] = (kept + self.WEIGHT * ngram_prior(order)) / (tried + self.WEIGHT)
+        sure = tried >= self.SURE
+        for band in range(1, self.BANDS):
+            prior = self.PRIORS[min(band, len(self.PRIORS)) - 1]
+            guess = max(prior, prev) if sure else prior
+            prev = out[band] = (self.kept[band] + self.WEIGHT * guess) / (self.tried[band] + self.WEIGHT)
+            sure = self.tried[band] >= self.SURE * 2 ** (band - 1)
+        return out
+
+    def expected_tokens(self, run: int, k: int, order: int) -> np.ndarray:
+        """Tokens one step yields with 0..k drafts at run position ``run``."""
+        positions = np.arange(run + 1, run + k + 1)
+        bands = np.minimum(self.BANDS - 1, np.ceil(np.log2(positions)).astype(np.int64))
+        rates = self.band_rates(order)[bands]
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(rates))))
 
 
 class Costs:
@@ -334,29 +387,26 @@ class Costs:
 PAY_MARGIN = 1.05
 
 
-def choose_k(
-    acceptance: Acceptance,
-    costs: Costs,
-    *,
-    k_max: int,
-    k_min: int = 0,
-    draft_cost: float = 0.0,
-) -> int:
+def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: float = 0.0) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
-    decoding. ``draft_cost`` is the time to draft one token (0 for n-gram lookup). Depths
-    never judged are only estimates, so k grows at most to twice (a drafter that costs
-    time) or four times (n-gram lookup) the deepest position seen: a failed guess at
-    k = 16 costs several plain steps."""
-    growth = 2 if draft_cost > 0 else 4
-    k_max = min(k_max, max(4, growth * acceptance.deepest))
+    decoding. ``expected[k]`` is the tokens a step yields with k drafts (k = 0 up to the
+    longest allowed), ``draft_cost`` the time to draft one token (0 for n-gram lookup)."""
+    k_max = expected.size - 1
     k_lo = max(1, k_min)
     if k_max < k_lo:
         return 0
     ks = np.arange(k_lo, k_max + 1)
     t = costs.table(k_max + 1)
-    rates = acceptance.expected_tokens(k_max)[ks] / (t[ks] + ks * draft_cost)  # t[k] is T(k + 1)
+    rates = expected[ks] / (t[ks] + ks * draft_cost)  # t[k] is T(k + 1)
     best = int(np.argmax(rates))
     return int(ks[best]) if rates[best] > PAY_MARGIN / t[0] else 0
+
+
+def growth_limit(acceptance: Acceptance, k_max: int) -> int:
+    """A draft model's depths never judged are only estimates: its drafts grow to at most
+    twice the deepest position seen (a failed guess at k = 16 costs several plain steps,
+    and the draft model's own time)."""
+    return min(k_max, max(4, 2 * acceptance.deepest))
 
 
 def draft_can_pay(costs: Costs, k_max: int, alpha: float = 0.95, margin: float = 1.02) -> bool:
@@ -383,7 +433,7 @@ class Shadow:
     choice of k learns where drafting would pay without paying for a failed draft (on a
     CPU where only long drafts pay, short probes could never show it)."""
 
-    acceptance: Acceptance  # of the (n-gram order, streak bucket) it was proposed under
+    order: int  # the n-gram length it was proposed on
     tokens: list[int]
     start: int  # where in the index the proposal was copied from
     matched: int = 0
@@ -394,11 +444,9 @@ class SlotSpec:
     """One request's speculation state: its n-gram index, acceptance, and stats."""
 
     ngram: NgramIndex | None
-    # n-gram acceptance by (length of the match, streak bucket of the drafted tokens kept
-    # in a row): inside a copied stretch kept drafts predict the next; after an edit not
-    accept_ngram: dict[tuple[int, int], Acceptance]
+    accept_ngram: RunAcceptance  # by place in the run of output that followed the proposals
     accept_draft: Acceptance
-    kept_in_a_row: int = 0
+    kept_in_a_row: int = 0  # the run: output tokens in a row that followed n-gram proposals
     ngram_start: int = -1  # where the last n-gram proposal was copied from
     drafted: int = 0
     accepted: int = 0
@@ -415,13 +463,12 @@ class SlotSpec:
     shadow: Shadow | None = None
     shadowed: int = 0  # proposals judged without drafting
 
-    def shadow_proposal(self, acceptance: Acceptance, tokens: list[int], start: int) -> None:
+    def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
-        (a token is evidence once), replaced when the proposal's circumstances (order,
-        streak) change, so that each gets its evidence while it holds."""
-        if self.shadow is None or self.shadow.acceptance is not acceptance:
-            acceptance.begin()
-            self.shadow = Shadow(acceptance, tokens, start)
+        (a token is evidence once), replaced when a longer or shorter match proposes."""
+        if self.shadow is None or self.shadow.order != order:
+            self.accept_ngram.begin()
+            self.shadow = Shadow(order, tokens, start)
             self.shadowed += 1
 
     def emitted(self, token: int) -> None:
@@ -433,7 +480,7 @@ class SlotSpec:
         if shadow is None:
             return
         kept = token == shadow.tokens[shadow.matched]
-        shadow.acceptance.judge(shadow.matched + 1, kept)
+        self.accept_ngram.judge(self.kept_in_a_row + 1, kept, shadow.order)
         if kept:
             shadow.matched += 1
             self.kept_in_a_row += 1
@@ -444,7 +491,7 @@ class SlotSpec:
         if not kept or shadow.matched == len(shadow.tokens):
             self.shadow = None
 
-    def _streak(self, drafted: int, accepted: int) -> None:
+    def _extend_run(self, drafted: int, accepted: int) -> None:
         self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
 
     def record(self, kind: str, drafted: int, accepted: int, order: int = 0) -> None:
@@ -457,8 +504,8 @@ class SlotSpec:
         self.accepted += accepted
         if kind == "ngram":
             self.ngram_drafted += drafted
-            self.accept_ngram[order, self.streak].update(drafted, accepted)
-            self._streak(drafted, accepted)
+            self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, order)
+            self._extend_run(drafted, accepted)
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)
@@ -468,10 +515,6 @@ class SlotSpec:
         else:
             self.probe_every = 16
         self.idle_steps = 0
-
-    @property
-    def streak(self) -> int:
-        return streak_bucket(self.kept_in_a_row)
 
     @property
     def mode(self) -> str:

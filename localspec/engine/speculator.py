@@ -6,19 +6,21 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from localspec.engine import backend
 from localspec.engine.draft import DraftJob, DraftModel, Pick
 from localspec.engine.sampling import Distribution, one_hot, top_probability
 from localspec.engine.speculate import (
     Acceptance,
     Costs,
-    STREAKS,
     NgramIndex,
+    RunAcceptance,
     SlotSpec,
     SpecConfig,
     choose_k,
     draft_can_pay,
-    ngram_prior,
+    growth_limit,
 )
 
 PROBE_CATCH_UP_MAX = 32  # tokens the draft model may have to catch up for a probe
@@ -60,11 +62,7 @@ class Speculator:
         c = self.config
         return mode, SlotSpec(
             ngram=NgramIndex(prompt, c.ngram_min, c.ngram_max) if mode in ("ngram", "auto") else None,
-            accept_ngram={
-                (n, streak): Acceptance(prior=ngram_prior(n, streak), k_max=c.draft_max)
-                for n in range(c.ngram_min, c.ngram_max + 1)
-                for streak in STREAKS
-            },
+            accept_ngram=RunAcceptance(),
             accept_draft=Acceptance(prior=DRAFT_PRIOR, k_max=c.draft_max),
         )
 
@@ -89,20 +87,21 @@ class Speculator:
             if slot.spec.ngram is not None:
                 order, proposal, start = slot.spec.ngram.propose(room)
                 if proposal:
-                    acceptance = slot.spec.accept_ngram[order, slot.spec.streak]
-                    k = self._choose(slot.spec, acceptance, len(proposal), 0.0)
+                    expected = slot.spec.accept_ngram.expected_tokens(slot.spec.kept_in_a_row, len(proposal), order)
+                    k = self._choose(slot.spec, len(proposal), expected, 0.0)
                     if k:
                         plans[slot.seq] = Plan(f"ngram{order}", proposal[:k], [one_hot(t) for t in proposal[:k]])
                         slot.spec.ngram_start = start
                         slot.spec.shadow = None
                         continue
-                    slot.spec.shadow_proposal(acceptance, proposal, start)  # judged on the output instead
+                    slot.spec.shadow_proposal(order, proposal, start)  # judged on the output instead
                 if slot.mode == "ngram":
                     continue
             # auto: the draft model where the n-gram lookup has nothing that pays
             if self.draft is not None and slot.mode in ("draft", "auto") and self._draft_pays():
                 gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
-                k = self._choose(slot.spec, slot.spec.accept_draft, room, self.costs.draft_token, probe=gap)
+                expected = slot.spec.accept_draft.expected_tokens(growth_limit(slot.spec.accept_draft, room))
+                k = self._choose(slot.spec, room, expected, self.costs.draft_token, probe=gap)
                 if k:
                     jobs.append(DraftJob(slot.seq, slot.tokens + [slot.pending], k, self._picker(slot.sampler)))
         if jobs:
@@ -132,7 +131,7 @@ class Speculator:
         return draft_can_pay(self.costs, self.config.draft_max)
 
     def _choose(
-        self, spec: SlotSpec, acceptance: Acceptance, room: int, draft_cost: float, probe: int | None = None
+        self, spec: SlotSpec, room: int, expected: np.ndarray, draft_cost: float, probe: int | None = None
     ) -> int:
         """The k that pays. A draft model's acceptance can only be learnt by drafting, so
         after a while without drafts it drafts once anyway (``probe``: the tokens it must
@@ -143,7 +142,7 @@ class Speculator:
         k_min = min(self.config.draft_min, room)
         if not self.config.adaptive:
             return room
-        k = choose_k(acceptance, self.costs, k_max=room, k_min=k_min, draft_cost=draft_cost)
+        k = choose_k(expected, self.costs, k_min=k_min, draft_cost=draft_cost)
         if k == 0 and probe is not None and probe <= PROBE_CATCH_UP_MAX and spec.should_probe():
             k = max(1, k_min)
         return k

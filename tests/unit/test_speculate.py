@@ -12,6 +12,7 @@ from localspec.engine.speculate import (
     Acceptance,
     Costs,
     NgramIndex,
+    RunAcceptance,
     SlotSpec,
     SpecConfig,
     choose_k,
@@ -130,7 +131,7 @@ def test_costs_follow_the_median_and_a_remembered_figure_is_one_vote():
 def test_no_speculation_when_the_draft_costs_too_much():
     costs = costs_from({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.4, 16: 2.9})
     acc = Acceptance(prior=0.6, k_max=16)
-    assert choose_k(acc, costs, k_max=16, draft_cost=0.9) == 0
+    assert choose_k(acc.expected_tokens(16), costs, draft_cost=0.9) == 0
 
 
 def test_long_drafts_when_everything_is_accepted_and_verifying_is_cheap():
@@ -138,13 +139,13 @@ def test_long_drafts_when_everything_is_accepted_and_verifying_is_cheap():
     acc = Acceptance(prior=0.5, k_max=16)
     for _ in range(50):
         acc.update(drafted=8, accepted=8)
-    assert choose_k(acc, costs, k_max=15) >= 8
+    assert choose_k(acc.expected_tokens(15), costs) >= 8
 
 
 def test_draft_min_bounds_the_choice():
     costs = costs_from({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4})
     acc = Acceptance(prior=0.9, k_max=16)
-    assert choose_k(acc, costs, k_max=2, k_min=2) == 2
+    assert choose_k(acc.expected_tokens(2), costs, k_min=2) == 2
 
 
 def test_one_hot_drafts_reproduce_plain_sampling_exactly():
@@ -224,14 +225,15 @@ def test_a_shadow_is_judged_token_by_token():
     spec = Speculator(SpecConfig(mode="ngram"), None, n_ctx=64).start(index_tokens, "ngram")[1]
     order, proposal, start = spec.ngram.propose(4)
     assert proposal == [3, 4, 5, 6]
-    acc = spec.accept_ngram[order, spec.streak]
-    spec.shadow_proposal(acc, proposal, start)
+    acc = spec.accept_ngram
+    spec.shadow_proposal(order, proposal, start)
     spec.emitted(3)
     spec.emitted(4)
-    assert acc.tried[1:3].tolist() == [1, 1] and acc.kept[1:3].tolist() == [1, 1]
+    assert acc.first[order] == [1, 1]  # run position 1, counted by n-gram length
+    assert acc.tried[1] == 1 and acc.kept[1] == 1  # position 2
     assert spec.kept_in_a_row == 2 and spec.ngram.cursor == start + 2
-    spec.emitted(9)  # the copy ends: depth 3 judged not kept, the shadow is done
-    assert acc.tried[3] == 1 and acc.kept[3] == 0 and spec.shadow is None and spec.kept_in_a_row == 0
+    spec.emitted(9)  # the copy ends: position 3 judged not kept, the shadow is done
+    assert acc.tried[2] == 1 and acc.kept[2] == 0 and spec.shadow is None and spec.kept_in_a_row == 0
 
 
 class CheapDraft:
@@ -271,16 +273,47 @@ def test_auto_uses_the_draft_model_where_the_ngram_proposal_does_not_pay(mode: s
         assert plans == {} and not draft.jobs
 
 
+# A 2-core CPU measured here, in tiles of 16 rows (ratios to one decode).
+TILED = {1: 1.0, 2: 1.65, 4: 2.6, 8: 4.5, 16: 5.7, 32: 10.7, 48: 13.8, 64: 17.6}
+
+
 def test_deep_in_a_copy_the_longest_draft_pays():
-    """Depths pooled in bands: a few fully kept 15-token drafts say the copy goes on, and
-    with this 2-core CPU's costs (tiles of 16 rows) a 47- or 63-token draft then beats 15. Counted
-    depth by depth, each estimate stayed near its prior and k stuck at 15."""
-    costs = costs_from({1: 1.0, 2: 1.65, 4: 2.6, 8: 4.5, 16: 5.7, 32: 10.7, 48: 13.8, 64: 17.6})
-    acc = Acceptance(prior=0.85, k_max=64)
-    for _ in range(4):
-        acc.update(drafted=15, accepted=15)
-    assert acc.rates(63)[-1] > 0.98
-    assert choose_k(acc, costs, k_max=63) in (47, 63)  # batches of 48 or 64: measured sizes
-    fresh = Acceptance(prior=0.85, k_max=64)  # no evidence yet: nothing long on a guess
-    fresh.update(drafted=4, accepted=4)
-    assert choose_k(fresh, costs, k_max=63) <= 16
+    """Acceptance by place in the run: once copies have been seen to go on past 16
+    tokens, a run 40 tokens deep drafts 47 or 63 at once (the measured batches of 48 or
+    64); with no evidence, a run just begun drafts nothing."""
+    costs = costs_from(TILED)
+    acc = RunAcceptance()
+    for copy in range(3):  # copies of 80 tokens, drafted 15 at a time after a start of 5
+        acc.update(0, 5, 5, 4)
+        for run in range(5, 80, 15):
+            acc.update(run, 15, 15, 4)
+    assert choose_k(acc.expected_tokens(40, 63, 4), costs) in (47, 63)
+    fresh = RunAcceptance()  # no evidence at all: nothing long on a guess at the start of a run
+    assert choose_k(fresh.expected_tokens(0, 63, 4), costs) == 0
+
+
+def test_a_copy_resumed_by_chance_is_not_taken_for_a_long_one():
+    """Where four matching tokens are often a coincidence (runs that break at positions
+    5-8), a run at position 4 drafts little, whatever long copies taught about positions
+    past 16; a run 20 deep still drafts long."""
+    costs = costs_from(TILED)
+    acc = RunAcceptance()
+    for _ in range(3):
+        acc.update(0, 4, 4, 4)
+        for run in range(4, 100, 16):
+            acc.update(run, 16, 16, 4)
+    for _ in range(12):  # false starts: four tokens follow, the fifth does not
+        acc.update(0, 4, 4, 4)
+        acc.update(4, 3, 0, 4)
+    assert choose_k(acc.expected_tokens(4, 63, 4), costs) < 16
+    assert choose_k(acc.expected_tokens(20, 63, 4), costs) >= 31
+
+
+def test_run_acceptance_forgets_what_no_longer_holds():
+    acc = RunAcceptance()
+    for _ in range(20):
+        acc.update(0, 8, 8, 3)
+    high = acc.expected_tokens(0, 8, 3)[-1]
+    for _ in range(30):
+        acc.update(0, 8, 0, 3)
+    assert acc.expected_tokens(0, 8, 3)[-1] < high / 3
