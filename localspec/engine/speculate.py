@@ -213,13 +213,15 @@ class RunAcceptance:
     3-4, 5-8, ..., 65-128, ...); position 1 per n-gram length. A draft of k tokens at run
     position r is costed with the rates of positions r+1..r+k: deep in a copy long drafts
     pay at once; a copy resumed after an edit starts again at position 1. Before evidence,
-    a band gets its prior, or the band before it if that one is well judged and higher
-    (a copy that has gone on is no likelier to stop than a younger one). The priors are
-    on the low side for short runs, where a coincidence is common and a long draft on it
+    a band gets its prior, but no more than the band before it has (a summary's copied
+    phrases end within a few tokens: the first run to reach 17 must not be drafted on a
+    prior of 0.95), unless that band is well judged, and then the higher of the two (a
+    copy that has gone on is no likelier to stop than a younger one). The priors are on
+    the low side for short runs, where a coincidence is common and a long draft on it
     costs several plain steps, and high past 16 tokens, where text rarely follows a
     source by chance."""
 
-    PRIORS = (0.3, 0.5, 0.7, 0.85, 0.95)  # run positions 2, 3-4, 5-8, 9-16, 17 on
+    PRIORS = (0.3, 0.5, 0.7, 0.8, 0.95)  # run positions 2, 3-4, 5-8, 9-16, 17 on
     BANDS = 16  # the last band holds every position past 2**14
     WEIGHT = 3.0  # the prior counts as this many judgements
     SURE = 1.5  # judgements (decayed) per position for a band to pass its rate on
@@ -264,7 +266,7 @@ class RunAcceptance:
         sure = tried >= self.SURE
         for band in range(1, self.BANDS):
             prior = self.PRIORS[min(band, len(self.PRIORS)) - 1]
-            guess = max(prior, prev) if sure else prior
+            guess = max(prior, prev) if sure else min(prior, prev)
             prev = out[band] = (self.kept[band] + self.WEIGHT * guess) / (self.tried[band] + self.WEIGHT)
             sure = self.tried[band] >= self.SURE * 2 ** (band - 1)
         return out
