@@ -215,13 +215,13 @@ class RunAcceptance:
     pay at once; a copy resumed after an edit starts again at position 1. Before evidence,
     a band gets its prior, but no more than the band before it has (a summary's copied
     phrases end within a few tokens: the first run to reach 17 must not be drafted on a
-    prior of 0.95), unless that band is well judged, and then the higher of the two (a
+    prior of 0.97), unless that band is well judged, and then the higher of the two (a
     copy that has gone on is no likelier to stop than a younger one). The priors are on
     the low side for short runs, where a coincidence is common and a long draft on it
     costs several plain steps, and high past 16 tokens, where text rarely follows a
     source by chance."""
 
-    PRIORS = (0.3, 0.5, 0.7, 0.8, 0.95)  # run positions 2, 3-4, 5-8, 9-16, 17 on
+    PRIORS = (0.3, 0.5, 0.7, 0.8, 0.97)  # run positions 2, 3-4, 5-8, 9-16, 17 on
     BANDS = 16  # the last band holds every position past 2**14
     WEIGHT = 3.0  # the prior counts as this many judgements
     SURE = 1.5  # judgements (decayed) per position for a band to pass its rate on
