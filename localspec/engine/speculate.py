@@ -247,7 +247,7 @@ class RunAcceptance:
             counts[0] += 1
             counts[1] += kept
             return
-        band = min(self.BANDS - 1, int(np.ceil(np.log2(position))))
+        band = min(self.BANDS - 1, (position - 1).bit_length())  # 2 -> 1, 3-4 -> 2, 5-8 -> 3, ...
         self.tried[band] += 1
         self.kept[band] += kept
 
