@@ -19,6 +19,7 @@ from localspec.engine.speculate import (
     residual,
     verify,
 )
+from localspec.engine.replay import oracle, replay
 from localspec.engine.speculator import Speculator
 from localspec.types import SamplingParams
 
@@ -176,29 +177,10 @@ def test_one_hot_drafts_reproduce_plain_sampling_exactly():
 LONG_ONLY = {1: 36.0, 2: 72.0, 3: 107.0, 4: 107.0, 8: 165.0, 16: 194.0, 32: 352.0}
 
 
-def simulate_ngram(prompt: list[int], truth: list[int], costs: Costs) -> SlotSpec:
+def simulate_ngram(prompt: list[int], truth: list[int], table: dict[int, float]) -> SlotSpec:
     """Greedy decoding of ``truth`` with n-gram speculation, the target replaced by the
     known output: verification keeps the drafts' common prefix with it."""
-    spec_config = SpecConfig(mode="ngram")
-    speculator = Speculator(spec_config, None, n_ctx=4096, costs=costs)
-    _, spec = speculator.start(prompt, "ngram")
-    slot = SimpleNamespace(seq=0, spec=spec, mode="ngram", tokens=list(prompt), generated=1,
-                           job=SimpleNamespace(request=SimpleNamespace(max_tokens=len(truth))))
-    spec.emitted(truth[0])  # the first token comes from the prefill
-    done = 1
-    while done < len(truth):
-        plan = speculator.plan([slot]).get(0)
-        drafts = plan.tokens if plan else []
-        accepted = 0
-        while accepted < len(drafts) and done + accepted < len(truth) and drafts[accepted] == truth[done + accepted]:
-            accepted += 1
-        speculator.record(spec, plan.kind if plan else "none", len(drafts), accepted)
-        for token in truth[done : done + accepted + 1]:
-            spec.emitted(token)
-        slot.tokens.extend(truth[done - 1 : done + accepted])
-        done += accepted + 1
-        slot.generated = done
-    return spec
+    return replay(prompt, truth, table).spec
 
 
 def test_undrafted_proposals_teach_where_long_drafts_pay():
@@ -207,7 +189,7 @@ def test_undrafted_proposals_teach_where_long_drafts_pay():
     drafted 15 tokens at a time, not decoded token by token for want of evidence."""
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(0, 1000, 300)]
-    spec = simulate_ngram(prompt, prompt[40:240], costs_from(LONG_ONLY))
+    spec = simulate_ngram(prompt, prompt[40:240], LONG_ONLY)
     assert max(spec.lengths) >= 12
     assert spec.steps < 200 / 4  # plain decoding takes 199 steps
     assert spec.accepted / spec.drafted > 0.9
@@ -216,7 +198,7 @@ def test_undrafted_proposals_teach_where_long_drafts_pay():
 def test_nothing_is_drafted_where_nothing_is_copied():
     rng = np.random.default_rng(1)
     prompt = [int(t) for t in rng.integers(0, 50, 300)]  # small vocabulary: many 1-2-gram matches
-    spec = simulate_ngram(prompt, [int(t) for t in rng.integers(0, 50, 200)], costs_from(LONG_ONLY))
+    spec = simulate_ngram(prompt, [int(t) for t in rng.integers(0, 50, 200)], LONG_ONLY)
     assert spec.drafted == 0 and spec.shadowed > 50
 
 
@@ -317,3 +299,18 @@ def test_run_acceptance_forgets_what_no_longer_holds():
     for _ in range(30):
         acc.update(0, 8, 0, 3)
     assert acc.expected_tokens(0, 8, 3)[-1] < high / 3
+
+
+def test_the_choice_of_k_never_beats_the_oracle_and_comes_near_it_in_a_copy():
+    """The replay's oracle (the output known in advance) bounds every policy; on an edited
+    copy with a CPU's costs the engine's choice gets most of the way there."""
+    rng = np.random.default_rng(2)
+    source = [int(t) for t in rng.integers(0, 1000, 400)]
+    prompt = [*source, *rng.integers(0, 1000, 20).tolist()]
+    truth = source[:150] + [1001, 1002, 1003] + source[153:300]  # one edit in a 300-token copy
+    table = {b: t / 1000 for b, t in TILED.items()}
+    got, best = replay(prompt, truth, table).speedup, oracle(prompt, truth, table)
+    assert 1.0 < got <= best + 1e-9
+    assert got > 0.6 * best
+    noise = [int(t) for t in rng.integers(0, 50, 200)]  # nothing to copy: no loss
+    assert replay(prompt, noise, table).speedup == pytest.approx(1.0)

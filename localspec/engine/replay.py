@@ -1,0 +1,85 @@
+"""Replay n-gram speculation on a known greedy output, with the target replaced by it:
+verification keeps the drafts' common prefix with the output (as greedy decoding does)
+and each step is charged what a batch of its size costs on some machine. A change to
+the choice of draft length is judged in seconds, on many machines' cost shapes, instead
+of in minutes of benchmarking at several percent of noise per run; the oracle says what
+no choice could beat there. Used by the tests and by ``scripts/spec_sim.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from localspec.engine.speculate import Costs, NgramIndex, SlotSpec, SpecConfig
+from localspec.engine.speculator import Speculator
+
+
+def tile_cost(table: dict[int, float], b: int) -> float:
+    """What a batch of b costs by ``table`` (seconds by batch size): an unlisted size
+    what the next listed one costs (kernels work in tiles), past the largest in proportion."""
+    for size in sorted(table):
+        if size >= b:
+            return table[size]
+    last = max(table)
+    return table[last] * b / last
+
+
+@dataclass
+class Replayed:
+    speedup: float  # plain decoding's time over speculation's
+    steps: list[tuple[int, int]]  # (drafted, kept) of each step that drafted
+    spec: SlotSpec
+
+
+def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64) -> Replayed:
+    costs = Costs()
+    for b, seconds in table.items():
+        costs.set_target(b, seconds)
+    speculator = Speculator(SpecConfig(mode="ngram", draft_max=draft_max), None, n_ctx=1 << 20, costs=costs)
+    _, spec = speculator.start(prompt, "ngram")
+    slot = SimpleNamespace(seq=0, spec=spec, mode="ngram", tokens=list(prompt), generated=1,
+                           job=SimpleNamespace(request=SimpleNamespace(max_tokens=len(truth))))
+    spec.emitted(truth[0])  # the first token comes from the prefill
+    done, elapsed, steps = 1, 0.0, []
+    while done < len(truth):
+        plan = speculator.plan([slot]).get(0)
+        drafts = plan.tokens if plan else []
+        kept = 0
+        while kept < len(drafts) and done + kept < len(truth) and drafts[kept] == truth[done + kept]:
+            kept += 1
+        seconds = tile_cost(table, len(drafts) + 1)
+        elapsed += seconds
+        costs.observe_target(len(drafts) + 1, seconds)
+        speculator.record(spec, plan.kind if plan else "none", len(drafts), kept)
+        if drafts:
+            steps.append((len(drafts), kept))
+        for token in truth[done : done + kept + 1]:
+            spec.emitted(token)
+        slot.tokens.extend(truth[done - 1 : done + kept])
+        done += kept + 1
+        slot.generated = done
+    plain = (len(truth) - 1) * tile_cost(table, 1)
+    return Replayed(plain / elapsed if elapsed else 1.0, steps, spec)
+
+
+def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
+           ngram: tuple[int, int] = (1, 4)) -> float:
+    """The best speedup any choice of draft lengths could reach with the n-gram
+    proposals: at each step draft as far as will be kept, or less, whichever is cheaper
+    over the rest of the output (a shortest path, computed backwards)."""
+    index = NgramIndex(prompt, *ngram)
+    index.extend(truth[:1])
+    keepable = [0] * len(truth)
+    for i in range(1, len(truth)):
+        _, proposal, start = index.propose(draft_max)
+        n = 0
+        while n < len(proposal) and i + n < len(truth) and proposal[n] == truth[i + n]:
+            n += 1
+        keepable[i] = n
+        index.accepted(start, min(1, n))
+        index.extend([truth[i]])
+    end = len(truth)
+    best = [0.0] * (end + 1)  # best[i]: the least time to produce truth[i:]
+    for i in range(end - 1, 0, -1):
+        best[i] = min(tile_cost(table, k + 1) + best[min(end, i + k + 1)] for k in range(keepable[i] + 1))
+    return (end - 1) * tile_cost(table, 1) / best[1] if end > 1 else 1.0
