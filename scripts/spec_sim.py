@@ -24,18 +24,16 @@ from localspec.engine.replay import oracle, replay
 
 
 def record(model: str, out: str, max_tokens: int, prompts: str | None) -> None:
-    from localspec.bench import SUITE, load_prompts
+    from localspec.bench import SUITE, _generate, load_prompts
     from localspec.engine import Engine
-    from localspec.types import Message, Request, SamplingParams
+    from localspec.types import Message, Request
 
     suite = load_prompts(Path(prompts)) if prompts else SUITE
     data = {}
     with Engine(model) as engine:
-        for p in suite:
-            request = Request(messages=[Message("user", p.prompt)], sampling=SamplingParams(temperature=0.0),
-                              max_tokens=max_tokens, spec="off", cache_prompt=False)
-            tokens, _ = engine.prepare(request)
-            output = [e.token_id for e in engine.submit(request) if e.token_id >= 0]
+        for p in suite:  # decoded as the bench decodes its plain runs
+            tokens, _ = engine.prepare(Request(messages=[Message("user", p.prompt)]))
+            output, _ = _generate(engine, p, max_tokens, "off")
             data[p.name] = {"prompt": tokens, "truth": output}
             print(f"{p.name}: {len(tokens)} prompt tokens, {len(output)} generated", flush=True)
     Path(out).write_text(json.dumps(data))

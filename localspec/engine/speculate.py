@@ -274,7 +274,7 @@ class RunAcceptance:
     def expected_tokens(self, run: int, k: int, order: int) -> np.ndarray:
         """Tokens one step yields with 0..k drafts at run position ``run``."""
         positions = np.arange(run + 1, run + k + 1)
-        bands = np.minimum(self.BANDS - 1, np.ceil(np.log2(positions)).astype(np.int64))
+        bands = np.minimum(self.BANDS - 1, np.frexp(positions - 1)[1])  # (p - 1).bit_length(), as judge()
         rates = self.band_rates(order)[bands]
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(rates))))
 
