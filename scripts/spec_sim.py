@@ -9,7 +9,8 @@ prompt and output tokens. ``replay`` runs the engine's own Speculator over them
 (``localspec.engine.replay``: the target replaced by the recorded output, each step
 charged what a batch of its size costs) and the oracle, which drafts at each step exactly
 as far as will be kept when that is cheaper: no policy can beat it, so it shows what is
-left to win on a given machine. Costs: ``1:36,2:57,4:90,16:196,64:606`` (ms by batch
+left to win on a given machine; and llama.cpp's ngram-simple rule (a 12-token match
+drafts up to 48 tokens) replayed alike. Costs: ``1:36,2:57,4:90,16:196,64:606`` (ms by batch
 size; an unlisted size costs what the next listed one does, as kernels work in tiles), or
 a ``costs.json`` the engine wrote (its first entry).
 """
@@ -20,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from localspec.engine.replay import oracle, replay
+from localspec.engine.replay import fixed_rule, oracle, replay
 
 
 def record(model: str, out: str, max_tokens: int, prompts: str | None) -> None:
@@ -65,7 +66,9 @@ def main() -> None:
     for name, d in json.loads(Path(args.recorded).read_text()).items():
         result = replay(d["prompt"], d["truth"], table, args.draft_max)
         best = oracle(d["prompt"], d["truth"], table, args.draft_max)
-        print(f"{name:16s} {result.speedup:5.2f}x  oracle {best:5.2f}x  drafts (k, kept): {result.steps}")
+        rule = fixed_rule(d["prompt"], d["truth"], table)
+        print(f"{name:16s} {result.speedup:5.2f}x  llama.cpp ngram-simple {rule:5.2f}x  oracle {best:5.2f}x  "
+              f"drafts (k, kept): {result.steps}")
 
 
 if __name__ == "__main__":

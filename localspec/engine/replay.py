@@ -33,7 +33,7 @@ class Replayed:
 
 def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64) -> Replayed:
     costs = Costs()
-    for b, seconds in table.items():
+    for b, seconds in sorted(table.items()):  # size 1 first: the others are ratios to it
         costs.set_target(b, seconds)
     speculator = Speculator(SpecConfig(mode="ngram", draft_max=draft_max), None, n_ctx=1 << 20, costs=costs)
     _, spec = speculator.start(prompt, "ngram")
@@ -60,6 +60,31 @@ def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_m
         slot.generated = done
     plain = (len(truth) - 1) * tile_cost(table, 1)
     return Replayed(plain / elapsed if elapsed else 1.0, steps, spec)
+
+
+def fixed_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: int = 12, m: int = 48) -> float:
+    """llama.cpp's ngram-simple rule (common/ngram-map.cpp, defaults n 12, m 48) replayed
+    the same way, for comparison: when the last n tokens occurred earlier, draft the (at
+    most m, at least n) tokens that followed their latest occurrence, whatever the costs."""
+    history = [*prompt, *truth[:1]]
+    done, elapsed = 1, 0.0
+    while done < len(truth):
+        drafts: list[int] = []
+        cached = len(history) - 1  # llama.cpp's "tokens": all but the token just sampled
+        if cached > n + m + 1:
+            pattern = history[-n:]
+            for j in range(cached - n - 1, 0, -1):  # the latest earlier match
+                if history[j : j + n] == pattern:
+                    if cached - (j + n) >= n:
+                        drafts = history[j + n : j + n + min(m, cached - (j + n))]
+                    break
+        kept = 0
+        while kept < len(drafts) and done + kept < len(truth) and drafts[kept] == truth[done + kept]:
+            kept += 1
+        elapsed += tile_cost(table, len(drafts) + 1)
+        history.extend(truth[done : done + kept + 1])
+        done += kept + 1
+    return (len(truth) - 1) * tile_cost(table, 1) / elapsed if elapsed else 1.0
 
 
 def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,

@@ -281,44 +281,66 @@ class RunAcceptance:
 
 class Costs:
     """What a target decode of b tokens and a draft step cost here, measured: calibrated
-    at start (or remembered from an earlier run), then followed as the median of the last
-    WINDOW decodes of each size. A median shrugs off the spikes a busy machine throws,
-    and a remembered value is one vote: two fresh decodes outvote it, so a figure from a
-    slower hour cannot keep a batch size from ever being tried again."""
+    at start (or remembered from an earlier run), then followed online. A machine's speed
+    drifts by tens of percent within minutes (clocks, neighbours) while the shape of its
+    costs (what b tokens cost against one) holds, and single decodes are timed every few
+    steps but a batch of 64 perhaps once a minute: so T(1) is followed as the median of
+    its last WINDOW decodes, and every other size as the median of its last WINDOW ratios
+    to the T(1) of its time. T(b) is that ratio times today's T(1). Kept in seconds, a
+    batch timed in a fast minute would look cheap against single decodes of a slow one,
+    and the choice of k would follow the clock instead of the costs. A median shrugs off
+    the spikes a busy machine throws, and a remembered value is one vote: two fresh
+    decodes outvote it, so a figure from a slower hour cannot keep a batch size from ever
+    being tried again."""
 
     WINDOW = 15
     TABLE = 65  # sizes tabled at least: the longest draft's batch at the default --draft-max
 
     def __init__(self) -> None:
-        self._obs: dict[int, deque[float]] = {}
-        self._target: dict[int, float] = {}
-        self._table: np.ndarray | None = None
-        self._tabled: dict[int, float] = {}  # the figures the table was built from
+        self._obs: dict[int, deque[float]] = {}  # size 1: seconds; others: ratios to T(1)
+        self._ratio: dict[int, float] = {}  # median ratio to T(1) by size (1.0 for size 1)
+        self.t1 = 0.0  # seconds per single-token decode now
+        self._shape: np.ndarray | None = None  # T(b) / T(1) for b = 1, 2, ...
+        self._shaped: dict[int, float] = {}  # the ratios the shape was built from
         self.draft_step = 0.0  # seconds per draft decode (all slots together)
         self.draft_per_token = 0.0  # seconds per drafted token, whole phases measured
         self._phase_s = 0.0
         self._phase_n = 0.0
 
     def set_target(self, b: int, seconds: float) -> None:
-        self._obs[b] = deque([seconds], maxlen=self.WINDOW)
-        self._target[b] = seconds
-        self._table = None
+        """A figure timed now (calibration) or remembered: size 1 first, since the others
+        are kept as ratios to it (without T(1), they are ignored)."""
+        if b == 1:
+            self._obs[1] = deque([seconds], maxlen=self.WINDOW)
+            self.t1 = seconds
+            self._ratio[1] = 1.0
+        elif self.t1 > 0:
+            self._obs[b] = deque([seconds / self.t1], maxlen=self.WINDOW)
+            self._ratio[b] = seconds / self.t1
+            self._shape = None
 
     def observe_target(self, b: int, seconds: float) -> None:
         window = self._obs.setdefault(b, deque(maxlen=self.WINDOW))
-        window.append(seconds)
-        self._target[b] = new = statistics.median(window)
-        tabled = self._tabled.get(b)
-        if tabled is None or abs(new - tabled) > 0.01 * tabled:  # the table follows moves over 1%
-            self._table = None
+        if b == 1:
+            window.append(seconds)
+            self.t1 = statistics.median(window)
+            self._ratio[1] = 1.0
+            return
+        if self.t1 <= 0:
+            return
+        window.append(seconds / self.t1)
+        self._ratio[b] = new = statistics.median(window)
+        shaped = self._shaped.get(b)
+        if shaped is None or abs(new - shaped) > 0.01 * shaped:  # the shape follows moves over 1%
+            self._shape = None
 
     def table(self, n: int) -> np.ndarray:
-        """[T(1), ..., T(n)] as an array (index b - 1), kept until the next observation:
-        the choice of k reads it every step, for every k."""
-        if self._table is None or self._table.size < n:
-            self._table = self._build(max(n, self.TABLE))
-            self._tabled = dict(self._target)
-        return self._table[:n]
+        """[T(1), ..., T(n)] in seconds as an array (index b - 1): the choice of k reads it
+        every step, for every k, so the shape is rebuilt only when a ratio moves."""
+        if self._shape is None or self._shape.size < n:
+            self._shape = self._build(max(n, self.TABLE))
+            self._shaped = dict(self._ratio)
+        return self._shape[:n] * (self.t1 if self.t1 > 0 else 1.0)
 
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
@@ -342,16 +364,16 @@ class Costs:
         return float(self.table(b)[b - 1])
 
     def _build(self, n: int) -> np.ndarray:
-        """Cost of a target decode of b = 1..n tokens: measured, else what the next
+        """Cost of a target decode of b = 1..n tokens against one: measured, else what the next
         measured size costs (extrapolated past the largest), then held to what must be
         true: never more than a larger batch costs, and never more than b single decodes
         (a stale or unlucky figure breaks these). An unmeasured size is not a line between
         two measured ones: kernels work in tiles (here 31 rows cost more than 32, 63 than 64)."""
         b = np.arange(1, n + 1)
-        if not self._target:  # nothing measured yet: a cautious guess, roughly a CPU's shape
+        if not self._ratio:  # nothing measured yet: a cautious guess, roughly a CPU's shape
             return 1.0 + 0.15 * (b - 1.0)
-        sizes = np.array(sorted(self._target))
-        t = np.array([self._target[int(x)] for x in sizes])
+        sizes = np.array(sorted(self._ratio))
+        t = np.array([self._ratio[int(x)] for x in sizes])
         last = sizes[-1]
         if sizes.size >= 2:
             slope = max(0.0, (t[-1] - t[-2]) / (last - sizes[-2]))
@@ -367,17 +389,18 @@ class Costs:
         return out
 
     def snapshot(self) -> dict[int, float]:
-        return {b: self.target(b) for b in sorted(self._target)}
+        """Seconds by measured size, at today's T(1)."""
+        return {b: self.target(b) for b in sorted(self._ratio)} if self.t1 > 0 else {}
 
     def to_dict(self) -> dict:
-        return {"target": {str(b): t for b, t in self._target.items()}, "draft_step": self.draft_step,
+        return {"target": {str(b): t for b, t in self.snapshot().items()}, "draft_step": self.draft_step,
                 "draft_per_token": self.draft_per_token}
 
     @classmethod
     def from_dict(cls, data: dict) -> Costs:
         costs = cls()
-        for b, t in data.get("target", {}).items():
-            costs.set_target(int(b), float(t))
+        for b, t in sorted((int(b), float(t)) for b, t in data.get("target", {}).items()):
+            costs.set_target(b, t)
         costs.draft_step = float(data.get("draft_step", 0.0))
         costs.draft_per_token = float(data.get("draft_per_token", 0.0))
         return costs
