@@ -119,6 +119,13 @@ def test_usage_errors_exit_2(tiny_model: Path):
 CLI = [sys.executable, "-m", "localspec"]
 
 
+def interruptible() -> None:
+    """Run in the child before exec: Ctrl-C back to its default, as in a terminal. A job a
+    shell starts in the background (as a CI runner may) inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_pipe_on_stdin_as_a_real_process(tiny_model: Path):
     proc = subprocess.run(
         CLI + ["run", str(tiny_model), "--raw", "--temperature", "0", "-n", "6", "--json"],
@@ -158,6 +165,7 @@ def test_ctrl_c_stops_cleanly_keeps_the_text_and_exits_130(smollm2: Path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=interruptible,
     )
     first = proc.stdout.read(20)  # generation has begun
     time.sleep(0.5)

@@ -16,6 +16,15 @@ import pytest
 from hubstandin import Repo, StandinHub
 
 CLI = [sys.executable, "-m", "localspec"]
+
+
+def interruptible() -> None:
+    """Run in the child before exec: Ctrl-C back to its default, as in a terminal. A job a
+    shell starts in the background (as a CI runner may) inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 SMOL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -67,7 +76,8 @@ def test_ctrl_c_during_pull_then_pull_resumes(env, standin: StandinHub) -> None:
     big = b"GGUF" + bytes(range(256)) * (40 * 4096)
     standin.repos["acme/Big-GGUF"] = Repo({"big-Q4_K_M.gguf": big})
     standin.throttle = 12 << 20  # bytes per second
-    proc = subprocess.Popen(CLI + ["pull", "acme/Big-GGUF"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(CLI + ["pull", "acme/Big-GGUF"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=interruptible)
     blobs = Path(env["HF_HUB_CACHE"]) / "models--acme--Big-GGUF" / "blobs"
     deadline = time.time() + 30
     while time.time() < deadline:  # until huggingface_hub has written its first 10 MB chunk
