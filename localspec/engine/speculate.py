@@ -309,15 +309,23 @@ class Costs:
 
     def set_target(self, b: int, seconds: float) -> None:
         """A figure timed now (calibration) or remembered: size 1 first, since the others
-        are kept as ratios to it (without T(1), they are ignored)."""
+        are kept as ratios to it."""
         if b == 1:
             self._obs[1] = deque([seconds], maxlen=self.WINDOW)
             self.t1 = seconds
             self._ratio[1] = 1.0
-        elif self.t1 > 0:
-            self._obs[b] = deque([seconds / self.t1], maxlen=self.WINDOW)
-            self._ratio[b] = seconds / self.t1
-            self._shape = None
+            return
+        self._guess_t1(b, seconds)
+        self._obs[b] = deque([seconds / self.t1], maxlen=self.WINDOW)
+        self._ratio[b] = seconds / self.t1
+        self._shape = None
+
+    def _guess_t1(self, b: int, seconds: float) -> None:
+        """A batch timed before any single decode (all slots busy since the start): T(1)
+        guessed as if b tokens cost b decodes, the guess under which nothing is drafted,
+        one vote that the first single decodes outvote."""
+        if self.t1 <= 0:
+            self.set_target(1, seconds / b)
 
     def observe_target(self, b: int, seconds: float) -> None:
         window = self._obs.setdefault(b, deque(maxlen=self.WINDOW))
@@ -326,8 +334,7 @@ class Costs:
             self.t1 = statistics.median(window)
             self._ratio[1] = 1.0
             return
-        if self.t1 <= 0:
-            return
+        self._guess_t1(b, seconds)
         window.append(seconds / self.t1)
         self._ratio[b] = new = statistics.median(window)
         shaped = self._shaped.get(b)

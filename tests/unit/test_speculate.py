@@ -145,6 +145,9 @@ def test_costs_keep_their_shape_when_the_machine_slows_down():
     assert choose_k(expected, c) == before
     c.observe_target(16, 0.240)  # a batch timed now: its ratio, 4, is one vote of two
     assert c.target(16) == pytest.approx(0.060 * 4.5)
+    busy = Costs()  # a batch timed before any single decode: nothing drafts on a guess
+    busy.observe_target(4, 0.200)
+    assert busy.target(1) == pytest.approx(0.050) and choose_k(expected[:4], busy) == 0
 
 
 def test_no_speculation_when_the_draft_costs_too_much():
