@@ -24,6 +24,20 @@ def tile_cost(table: dict[int, float], b: int) -> float:
     return table[last] * b / last
 
 
+def kept(drafts: list[int], truth: list[int], at: int) -> int:
+    """How many of the drafts greedy verification keeps at output position ``at``."""
+    n = 0
+    while n < len(drafts) and at + n < len(truth) and drafts[n] == truth[at + n]:
+        n += 1
+    return n
+
+
+def speedup(truth: list[int], table: dict[int, float], elapsed: float) -> float:
+    """Plain decoding's time for the output (its first token comes from the prefill) over
+    ``elapsed``."""
+    return (len(truth) - 1) * tile_cost(table, 1) / elapsed if elapsed else 1.0
+
+
 @dataclass
 class Replayed:
     speedup: float  # plain decoding's time over speculation's
@@ -44,22 +58,19 @@ def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_m
     while done < len(truth):
         plan = speculator.plan([slot]).get(0)
         drafts = plan.tokens if plan else []
-        kept = 0
-        while kept < len(drafts) and done + kept < len(truth) and drafts[kept] == truth[done + kept]:
-            kept += 1
+        n = kept(drafts, truth, done)
         seconds = tile_cost(table, len(drafts) + 1)
         elapsed += seconds
         costs.observe_target(len(drafts) + 1, seconds)
-        speculator.record(spec, plan.kind if plan else "none", len(drafts), kept)
+        speculator.record(spec, plan.kind if plan else "none", len(drafts), n)
         if drafts:
-            steps.append((len(drafts), kept))
-        for token in truth[done : done + kept + 1]:
+            steps.append((len(drafts), n))
+        for token in truth[done : done + n + 1]:
             spec.emitted(token)
-        slot.tokens.extend(truth[done - 1 : done + kept])
-        done += kept + 1
+        slot.tokens.extend(truth[done - 1 : done + n])
+        done += n + 1
         slot.generated = done
-    plain = (len(truth) - 1) * tile_cost(table, 1)
-    return Replayed(plain / elapsed if elapsed else 1.0, steps, spec)
+    return Replayed(speedup(truth, table, elapsed), steps, spec)
 
 
 def fixed_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: int = 12, m: int = 48) -> float:
@@ -78,13 +89,11 @@ def fixed_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: 
                     if cached - (j + n) >= n:
                         drafts = history[j + n : j + n + min(m, cached - (j + n))]
                     break
-        kept = 0
-        while kept < len(drafts) and done + kept < len(truth) and drafts[kept] == truth[done + kept]:
-            kept += 1
+        good = kept(drafts, truth, done)
         elapsed += tile_cost(table, len(drafts) + 1)
-        history.extend(truth[done : done + kept + 1])
-        done += kept + 1
-    return (len(truth) - 1) * tile_cost(table, 1) / elapsed if elapsed else 1.0
+        history.extend(truth[done : done + good + 1])
+        done += good + 1
+    return speedup(truth, table, elapsed)
 
 
 def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
@@ -97,14 +106,11 @@ def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_m
     keepable = [0] * len(truth)
     for i in range(1, len(truth)):
         _, proposal, start = index.propose(draft_max)
-        n = 0
-        while n < len(proposal) and i + n < len(truth) and proposal[n] == truth[i + n]:
-            n += 1
-        keepable[i] = n
+        keepable[i] = n = kept(proposal, truth, i)
         index.accepted(start, min(1, n))
         index.extend([truth[i]])
     end = len(truth)
     best = [0.0] * (end + 1)  # best[i]: the least time to produce truth[i:]
     for i in range(end - 1, 0, -1):
         best[i] = min(tile_cost(table, k + 1) + best[min(end, i + k + 1)] for k in range(keepable[i] + 1))
-    return (end - 1) * tile_cost(table, 1) / best[1] if end > 1 else 1.0
+    return speedup(truth, table, best[1]) if end > 1 else 1.0

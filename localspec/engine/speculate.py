@@ -308,17 +308,10 @@ class Costs:
         self._phase_n = 0.0
 
     def set_target(self, b: int, seconds: float) -> None:
-        """A figure timed now (calibration) or remembered: size 1 first, since the others
-        are kept as ratios to it."""
-        if b == 1:
-            self._obs[1] = deque([seconds], maxlen=self.WINDOW)
-            self.t1 = seconds
-            self._ratio[1] = 1.0
-            return
-        self._guess_t1(b, seconds)
-        self._obs[b] = deque([seconds / self.t1], maxlen=self.WINDOW)
-        self._ratio[b] = seconds / self.t1
-        self._shape = None
+        """A figure timed now (calibration) or remembered, replacing what was observed of
+        its size: size 1 first, since the others are kept as ratios to it."""
+        self._obs.pop(b, None)
+        self.observe_target(b, seconds)
 
     def _guess_t1(self, b: int, seconds: float) -> None:
         """A batch timed before any single decode (all slots busy since the start): T(1)
@@ -397,7 +390,11 @@ class Costs:
 
     def snapshot(self) -> dict[int, float]:
         """Seconds by measured size, at today's T(1)."""
-        return {b: self.target(b) for b in sorted(self._ratio)} if self.t1 > 0 else {}
+        if self.t1 <= 0:
+            return {}
+        sizes = sorted(self._ratio)
+        table = self.table(sizes[-1])
+        return {b: float(table[b - 1]) for b in sizes}
 
     def to_dict(self) -> dict:
         return {"target": {str(b): t for b, t in self.snapshot().items()}, "draft_step": self.draft_step,
