@@ -86,8 +86,8 @@ def fixed_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: 
             pattern = history[-n:]
             for j in range(cached - n - 1, 0, -1):  # the latest earlier match
                 if history[j : j + n] == pattern:
-                    if cached - (j + n) >= n:
-                        drafts = history[j + n : j + n + min(m, cached - (j + n))]
+                    if cached - (j + n) >= n:  # as llama-server, no draft past the token limit
+                        drafts = history[j + n : j + n + min(m, cached - (j + n), len(truth) - done - 1)]
                     break
         good = kept(drafts, truth, done)
         elapsed += tile_cost(table, len(drafts) + 1)

@@ -332,6 +332,7 @@ class Engine:
             first_row[slot.seq] = batch.add(slot.pending, n, slot.seq, True)
             for i, token in enumerate(drafts[slot.seq].tokens if slot.seq in drafts else ()):
                 batch.add(token, n + 1 + i, slot.seq, True)
+        padded = self._pad(generating, drafts)
         prefilled: list[tuple[_Slot, int]] = []
         generating_rows = batch.n
         for slot in self._slots:  # then prompt chunks, as far as the batch has room
@@ -357,16 +358,35 @@ class Engine:
                 if slot.spec is not None:
                     slot.spec.draft_s += t_draft
                     slot.spec.verify_s += t_verify
-                self._advance(slot, first_row[slot.seq], kind, tokens, qs)
+                self._advance(slot, first_row[slot.seq], kind, tokens, qs, slot is padded)
         for slot, row in prefilled:
             if slot.active:
                 token, _ = slot.sampler.sample(self.ctx.logits(row))
                 if self._emit(slot, token, False, row):
                     slot.pending = token
 
-    def _advance(self, slot: _Slot, row0: int, kind: str, drafts: list[int], qs: list[Distribution]) -> None:
+    def _pad(self, generating: list[_Slot], drafts: dict) -> _Slot | None:
+        """Pad a batch of drafts to a larger size measured cheaper (Costs.pad_to): rows
+        without logits on the last slot's sequence, past its drafts, removed again after
+        verification. Only while no prompt is being fed, whose chunks fill the batch."""
+        batch = self._batch
+        if batch.n < 2 or any(s.active and s.pending is None for s in self._slots):
+            return None
+        slot = generating[-1]
+        start = len(slot.tokens) + 1 + len(drafts[slot.seq].tokens if slot.seq in drafts else ())
+        rows = batch.n
+        size = self.speculator.costs.pad_to(rows, min(batch.capacity, rows + self.n_ctx - start))
+        if size == rows:
+            return None
+        for i in range(size - rows):
+            batch.add(slot.pending, start + i, slot.seq, False)
+        return slot
+
+    def _advance(
+        self, slot: _Slot, row0: int, kind: str, drafts: list[int], qs: list[Distribution], padded: bool = False
+    ) -> None:
         """Verify the slot's drafts against the target's logits, keep the accepted prefix
-        in the KV cache (roll back the rest), and emit the new tokens."""
+        in the KV cache (roll back the rest and any padding), and emit the new tokens."""
         t0 = time.perf_counter()
         sampler = slot.sampler
 
@@ -375,7 +395,7 @@ class Engine:
 
         accepted, nxt = verify(drafts, qs, target, sampler.rng, sampler.draw)
         n = len(slot.tokens)
-        if accepted < len(drafts):
+        if accepted < len(drafts) or padded:
             self.ctx.seq_rm(slot.seq, n + 1 + accepted, -1)
         slot.tokens.append(slot.pending)
         slot.tokens.extend(drafts[:accepted])

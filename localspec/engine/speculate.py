@@ -342,6 +342,21 @@ class Costs:
             self._shaped = dict(self._ratio)
         return self._shape[:n] * (self.t1 if self.t1 > 0 else 1.0)
 
+    def pad_to(self, b: int, limit: int) -> int:
+        """How many rows to decode b rows as: b, or the larger size up to ``limit`` that
+        was measured cheaper than b itself. CPU kernels work in tiles, and a batch just
+        short of one costs more than the whole tile (here 63 rows 1.24 times 64, 31 rows
+        1.1 times 32), so the engine pads such a batch with rows that want no logits. The
+        cost table assumes it: a size never costs more than a larger one."""
+        ratio = self._ratio.get(b)
+        if ratio is None or b <= 1:
+            return b  # never timed: timed as it is, once
+        best = b
+        for size, r in self._ratio.items():
+            if b < size <= limit and (r < ratio or (r == ratio and size < best)):
+                best, ratio = size, r
+        return best
+
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
 
@@ -389,12 +404,11 @@ class Costs:
         return out
 
     def snapshot(self) -> dict[int, float]:
-        """Seconds by measured size, at today's T(1)."""
+        """Seconds by measured size, at today's T(1): as measured, not as the table holds
+        them (a size just short of a tile costs more than the tile, and is padded to it)."""
         if self.t1 <= 0:
             return {}
-        sizes = sorted(self._ratio)
-        table = self.table(sizes[-1])
-        return {b: float(table[b - 1]) for b in sizes}
+        return {b: self._ratio[b] * self.t1 for b in sorted(self._ratio)}
 
     def to_dict(self) -> dict:
         return {"target": {str(b): t for b, t in self.snapshot().items()}, "draft_step": self.draft_step,

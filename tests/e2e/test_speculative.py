@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from localspec.engine import Engine, EngineConfig
-from localspec.engine.speculate import SpecConfig
+from localspec.engine.speculate import Costs, SpecConfig
 from localspec.errors import DraftMismatch, InvalidRequest
 from localspec.types import Request, SamplingParams
 
@@ -78,6 +78,31 @@ def test_kv_rollback_leaves_both_contexts_consistent(tiny_model: Path, tiny_draf
         assert cont == out[40:60]
     with engine(tiny_model) as fresh:
         assert ids(fresh.submit(Request(prompt_tokens=prompt + out[:40], sampling=GREEDY, max_tokens=20))) == cont
+
+
+def test_padded_batches_give_plain_output_and_a_consistent_cache(tiny_model: Path, plain_outputs, monkeypatch):
+    """Where a larger batch was measured cheaper, drafts are padded with rows that want no
+    logits (Costs.pad_to); forced here at every draft step, with the model drafting for
+    itself, so that every draft is kept and only the padding is rolled back. The output is
+    still plain greedy's, and a request continuing from part of it reuses a cache that
+    holds exactly the kept tokens."""
+    padding = []
+
+    def pad_more(self, b: int, limit: int) -> int:
+        size = min(limit, b + 5) if b > 1 else b
+        padding.append(size - b)
+        return size
+
+    monkeypatch.setattr(Costs, "pad_to", pad_more)
+    with engine(tiny_model, tiny_model, mode="draft", adaptive=False, draft_max=4) as e:
+        for p in PROMPTS:
+            assert ids(e.submit(Request(prompt=p, sampling=GREEDY, max_tokens=80))) == plain_outputs[p], p
+        assert sum(padding) > 50
+        prompt = e.model.tokenize(PROMPTS[-1], add_special=True, parse_special=True)
+        again = e.submit(Request(prompt_tokens=prompt + plain_outputs[PROMPTS[-1]][:40], sampling=GREEDY,
+                                 max_tokens=20))
+        assert ids(again) == plain_outputs[PROMPTS[-1]][40:60]
+        assert again.result.usage.cached_tokens >= len(prompt) + 39
 
 
 def test_three_requests_with_speculation_together_equal_each_alone(tiny_model, tiny_draft, plain_outputs):

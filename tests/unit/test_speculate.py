@@ -131,6 +131,23 @@ def test_costs_follow_the_median_and_a_remembered_figure_is_one_vote():
     assert c.target(1) == pytest.approx(1.05)  # the median of 1.0, 1.0, 1.0, 1.1, 1.2, 9.0
 
 
+def test_a_batch_just_short_of_a_cheaper_tile_is_padded_to_it():
+    """Measured on a 2-core CPU (ms, 500 tokens deep): 63 rows cost more than 64 and 31
+    more than 32, while 45 cost less than 48. A batch is padded to a larger size only
+    where that was measured cheaper, and within the room it is given."""
+    costs = Costs()
+    for b, ms in {1: 38, 16: 322, 31: 566, 32: 520, 45: 746, 48: 782, 61: 995, 63: 1024, 64: 824}.items():
+        costs.set_target(b, ms / 1000)
+    assert costs.pad_to(63, 64) == 64
+    assert costs.pad_to(61, 64) == 64
+    assert costs.pad_to(31, 64) == 32
+    assert costs.pad_to(45, 64) == 45  # cheaper as it is
+    assert costs.pad_to(63, 63) == 63  # no room to pad
+    assert costs.pad_to(40, 64) == 40  # never timed: decoded as it is, and so timed
+    assert costs.pad_to(1, 64) == 1
+    assert costs.target(63) == costs.target(64)  # what the choice of k assumes
+
+
 def test_costs_keep_their_shape_when_the_machine_slows_down():
     """A batch of 16 timed in a fast minute (5 single decodes' worth) is not cheap against
     single decodes of a slow one: sizes are kept as ratios to the T(1) of their time, so
