@@ -228,17 +228,18 @@ class RunAcceptance:
 
     def __init__(self, decay: float = 0.97) -> None:
         self.decay = decay
-        self.tried = np.zeros(self.BANDS)
-        self.kept = np.zeros(self.BANDS)
+        self.tried = [0.0] * self.BANDS  # plain floats: read every step, a band at a time
+        self.kept = [0.0] * self.BANDS
         self.first: dict[int, list[float]] = {}  # n-gram order -> [tried, kept] at position 1
 
     def begin(self) -> None:
         """A new proposal: older evidence weighs a little less."""
-        self.tried *= self.decay
-        self.kept *= self.decay
+        d = self.decay
+        self.tried = [t * d for t in self.tried]
+        self.kept = [k * d for k in self.kept]
         for counts in self.first.values():
-            counts[0] *= self.decay
-            counts[1] *= self.decay
+            counts[0] *= d
+            counts[1] *= d
 
     def judge(self, position: int, kept: bool, order: int) -> None:
         """The proposed token at run ``position`` (1-based) was judged."""
@@ -259,24 +260,38 @@ class RunAcceptance:
         for j in range(min(accepted + 1, drafted)):  # positions actually judged
             self.judge(run + 1 + j, j < accepted, order)
 
-    def band_rates(self, order: int) -> np.ndarray:
-        out = np.empty(self.BANDS)
+    def band_rates(self, order: int, bands: int = BANDS) -> list[float]:
+        """The rates of the first ``bands`` bands (the choice of k runs this every step
+        a proposal exists, so it stays in plain floats)."""
+        w = self.WEIGHT
         tried, kept = self.first.get(order, (0.0, 0.0))
-        prev = out[0] = (kept + self.WEIGHT * ngram_prior(order)) / (tried + self.WEIGHT)
+        prev = (kept + w * ngram_prior(order)) / (tried + w)
+        out = [prev]
         sure = tried >= self.SURE
-        for band in range(1, self.BANDS):
+        for band in range(1, bands):
             prior = self.PRIORS[min(band, len(self.PRIORS)) - 1]
             guess = max(prior, prev) if sure else min(prior, prev)
-            prev = out[band] = (self.kept[band] + self.WEIGHT * guess) / (self.tried[band] + self.WEIGHT)
-            sure = self.tried[band] >= self.SURE * 2 ** (band - 1)
+            t = self.tried[band]
+            prev = (self.kept[band] + w * guess) / (t + w)
+            out.append(prev)
+            sure = t >= self.SURE * (1 << (band - 1))
         return out
 
     def expected_tokens(self, run: int, k: int, order: int) -> np.ndarray:
         """Tokens one step yields with 0..k drafts at run position ``run``."""
-        positions = np.arange(run + 1, run + k + 1)
-        bands = np.minimum(self.BANDS - 1, np.frexp(positions - 1)[1])  # (p - 1).bit_length(), as judge()
-        rates = self.band_rates(order)[bands]
+        last = run + k
+        if last < _BAND_OF.size:
+            bands = _BAND_OF[run + 1 : last + 1]
+        else:
+            bands = np.minimum(self.BANDS - 1, np.frexp(np.arange(run, last, dtype=float))[1])  # (p - 1).bit_length()
+        rates = np.asarray(self.band_rates(order, int(bands[-1]) + 1 if k else 1))[bands]
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(rates))))
+
+
+# The band of each run position (judge()'s (p - 1).bit_length(), capped), looked up, not
+# computed, in the choice of k.
+_BAND_OF = np.minimum(RunAcceptance.BANDS - 1, np.frexp(np.arange(-1, 1 << 13, dtype=float))[1]).astype(np.intp)
+_BAND_OF[:2] = 0
 
 
 class Costs:
