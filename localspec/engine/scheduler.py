@@ -18,7 +18,7 @@ from localspec.engine import backend, costs_cache, templates
 from localspec.engine.draft import DraftModel, check_pair
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin
 from localspec.engine.speculate import MODES, SlotSpec, SpecConfig, verify
-from localspec.engine.speculator import Speculator
+from localspec.engine.speculator import Plan, Speculator
 from localspec.engine.stream import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, PromptTooLong
 from localspec.types import FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
@@ -365,7 +365,7 @@ class Engine:
                 if self._emit(slot, token, False, row):
                     slot.pending = token
 
-    def _pad(self, generating: list[_Slot], drafts: dict) -> _Slot | None:
+    def _pad(self, generating: list[_Slot], drafts: dict[int, Plan]) -> _Slot | None:
         """Pad a batch of drafts to a larger size measured cheaper (Costs.pad_to): rows
         without logits on the last slot's sequence, past its drafts, removed again after
         verification. Only while no prompt is being fed, whose chunks fill the batch."""

@@ -366,11 +366,8 @@ class Costs:
         ratio = self._ratio.get(b)
         if ratio is None or b <= 1:
             return b  # never timed: timed as it is, once
-        best = b
-        for size, r in self._ratio.items():
-            if b < size <= limit and (r < ratio or (r == ratio and size < best)):
-                best, ratio = size, r
-        return best
+        cheaper = [(r, size) for size, r in self._ratio.items() if b < size <= limit and r < ratio]
+        return min(cheaper)[1] if cheaper else b  # the cheapest; of equals, the smallest
 
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
