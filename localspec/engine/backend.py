@@ -228,8 +228,11 @@ class Model:
     """A loaded GGUF model (weights and vocabulary)."""
 
     def __init__(self, path: str | Path, *, n_gpu_layers: int = 0) -> None:
-        _init()
+        from localspec.resolve.gguf_info import check_complete
+
         self.path = Path(path)
+        check_complete(self.path)  # a cut file: one clear sentence, not llama.cpp's failure
+        _init()
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         _log_lines.clear()

@@ -2,6 +2,7 @@
 
 The header is parsed by ``gguf_header`` from a memory map (only its pages are read) or
 from a prefix fetched over HTTP; any parse failure becomes one ModelLoadError sentence.
+A local file is also checked to hold all its tensors' data (``check_tensor_data``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from localspec.errors import ModelLoadError
+from localspec.errors import ModelLoadError, ModelNotFound
 from localspec.resolve.gguf_header import BadHeader, Header, Incomplete, parse
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
@@ -115,17 +116,75 @@ def merge(first: Header, others: list[Header]) -> Header:
     return replace(first, tensors=[t for h in [first, *others] for t in h.tensors])
 
 
-def read_info(path: str | Path) -> ModelInfo:
-    path = Path(path)
+def check_tensor_data(path: Path, header: Header, file_bytes: int) -> None:
+    """Refuse a file that ends before its last tensor's data (a cut download or copy).
+
+    llama.cpp would fail on it with a vague message, or not at all until it reads the
+    missing pages; the header alone says where each tensor ends, so no weight is read."""
+    align = header.kv.get("general.alignment")
+    align = align if isinstance(align, int) and align > 0 else 32
+    start = -(-header.header_bytes // align) * align  # the data section, aligned
+    end, name = 0, ""
+    for t in header.tensors:
+        try:
+            t_end = start + t.offset + t.n_bytes
+        except (KeyError, ValueError):  # a ggml type the gguf package does not know: llama.cpp judges
+            continue
+        if t_end > end:
+            end, name = t_end, t.name
+    if end > file_bytes:
+        raise ModelLoadError(
+            f"{path} is truncated: tensor '{name}' needs bytes up to {end:,} but the file has "
+            f"{file_bytes:,}; download it again."
+        )
+
+
+#: model path -> (file, size, mtime_ns) of each of its files, as last found complete
+_complete: dict[Path, tuple[tuple[Path, int, int], ...]] = {}
+
+
+def _stamp(files: list[Path]) -> tuple[tuple[Path, int, int], ...]:
+    return tuple((f, (s := f.stat()).st_size, s.st_mtime_ns) for f in files)
+
+
+def read_parts(path: Path) -> list[tuple[Header, int]]:
+    """The header and size of each file of a local model (one, or every gguf-split part),
+    each checked to hold all its tensor data."""
     header, size = read_header(path)
-    others = []
+    check_tensor_data(path, header, size)
+    out, files = [(header, size)], [path]
     for part in split_parts(path, header):
         if not part.is_file():
             raise ModelLoadError(f"{path} is part of a split model, and its part {part.name} is missing.")
         h, n = read_header(part)
-        others.append(h)
-        size += n
-    return info_from_header(merge(header, others), path, size)
+        check_tensor_data(part, h, n)
+        out.append((h, n))
+        files.append(part)
+    _complete[path] = _stamp(files)
+    return out
+
+
+def check_complete(path: str | Path) -> None:
+    """Before llama.cpp loads ``path``: refuse it (one ModelLoadError sentence) if any of
+    its files is cut short. Reads headers only, and nothing again for files unchanged since
+    they were last read whole (``read_info`` before a load, say)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelNotFound(f"No model file at {path}.")
+    seen = _complete.get(path)
+    try:
+        if seen and _stamp([f for f, _, _ in seen]) == seen:
+            return
+    except OSError:
+        pass
+    read_parts(path)
+
+
+def read_info(path: str | Path) -> ModelInfo:
+    path = Path(path)
+    parts = read_parts(path)
+    header = merge(parts[0][0], [h for h, _ in parts[1:]])
+    return info_from_header(header, path, sum(n for _, n in parts))
 
 
 def info_from_header(header: Header, path: Path, file_bytes: int) -> ModelInfo:
