@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,84 @@ def test_no_template_uses_the_architectures_builtin_else_plain():
     plain = templates.render(MSGS, None)
     assert plain.source == "plain"
     assert plain.text.endswith("User: Hi\n\nAssistant:")
+
+
+# --- A runaway template is cut off: bounded time and size, one clear sentence. ---
+
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content|trim }}"
+    "{{ '<|im_end|>' ~ '\\n' }}{% if loop.last %}{{ loop.length }}{% endif %}{% endfor %}"
+    "{% for i in range(3)|reverse %}{{ i }}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _timed_render(tmpl: str) -> tuple[TemplateError, float]:
+    start = time.monotonic()
+    with pytest.raises(TemplateError) as err:
+        # A builtin that recognises anything: a runaway template must not fall back to it.
+        templates.render(MSGS, tmpl, builtin=lambda t, m: "BUILTIN")
+    return err.value, time.monotonic() - start
+
+
+@pytest.mark.parametrize(
+    "tmpl",
+    [
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "{% set s %}{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}"
+        "{% endfor %}{% endset %}",
+        "{% for x in [1] recursive %}{% for i in range(99999) %}{% endfor %}{{ loop([1]) }}"
+        "{% endfor %}",
+    ],
+    ids=["nested-ranges-no-output", "captured-block", "recursive-loop"],
+)
+def test_a_template_that_loops_without_end_stops_at_the_deadline(tmpl: str):
+    err, elapsed = _timed_render(tmpl)
+    assert str(err) == (
+        f"The model's chat template did not finish rendering within "
+        f"{templates.RENDER_TIMEOUT_S:g} s; use --raw, or a model with a working template."
+    )
+    assert elapsed < templates.RENDER_TIMEOUT_S + 3
+    # The deadline belonged to that render only.
+    assert templates.render(MSGS, CHATML).source == "gguf"
+
+
+@pytest.mark.parametrize(
+    "tmpl",
+    [
+        "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+        "{{ 'x' * 10**9 }}",
+        "{% set s = 'x' * 4000000 %}" + "{% set s = s ~ s %}" * 40,
+        "{% set s = 'x' * 4000000 %}" + "{% set s = s + s %}" * 40,
+        "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+        "{% endfor %}",
+        "{% set s = 'x' * 4000 %}{{ s|replace('x', 'x' * 2000)|length }}",
+    ],
+    ids=["megabytes-of-output", "one-huge-repeat", "concat-doubling", "plus-doubling",
+         "namespace-doubling", "filter-result"],
+)
+def test_a_template_that_produces_megabytes_is_cut_off(tmpl: str):
+    err, elapsed = _timed_render(tmpl)
+    assert str(err) == (
+        "The model's chat template produced over 4 MiB of text; "
+        "use --raw, or a model with a working template."
+    )
+    assert elapsed < 5
+
+
+def test_a_huge_power_and_endless_recursion_are_clear_errors():
+    err, elapsed = _timed_render("{{ (10 ** 100000000) > 1 }}")
+    assert "to the power 100000000" in str(err) and elapsed < 1
+    err, _ = _timed_render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}")
+    assert "recursed without end" in str(err)
+
+
+def test_the_bounds_leave_a_real_template_alone_even_with_a_huge_message():
+    out = templates.render(MSGS, CHATML)
+    assert out.text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n2"
+        "210<|im_start|>assistant\n"
+    )
+    big = "y" * (6 * 2**20)  # a pasted file bigger than the cap itself
+    out = templates.render([Message("user", big)], CHATML)
+    assert out.text == f"<|im_start|>user\n{big}<|im_end|>\n1210<|im_start|>assistant\n"
