@@ -1,4 +1,11 @@
-"""localspec: a local LLM runner on llama.cpp in which speculative decoding simply works."""
+"""localspec: a local LLM runner on llama.cpp in which speculative decoding simply works.
+
+    import localspec
+    engine = localspec.open_engine("model.gguf", slots=2)   # or a Hub name, a profile
+    with engine:
+        for event in engine.submit(localspec.Request(prompt="def fib(n):", max_tokens=64)):
+            print(event.text, end="", flush=True)
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from localspec.types import (
     Request,
     Result,
     SamplingParams,
+    SpecConfig,
     TokenEvent,
 )
 
@@ -17,6 +25,8 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from localspec.engine import Engine, EngineConfig, Stream
+    from localspec.loader import open_engine
+    from localspec.settings import Settings
 
 
 def __getattr__(name: str) -> Any:
@@ -26,15 +36,15 @@ def __getattr__(name: str) -> Any:
         from localspec import engine
 
         return getattr(engine, name)
+    if name == "open_engine":
+        from localspec.loader import open_engine
+
+        return open_engine
+    if name == "Settings":
+        from localspec.settings import Settings
+
+        return Settings
     raise AttributeError(name)
-
-
-def load(model: str | None = None, **config: Any) -> Engine:
-    """Load ``model`` (a .gguf path; None: the default model) into a running Engine."""
-    from localspec.engine import Engine, EngineConfig
-    from localspec.resolve import resolve_model
-
-    return Engine(resolve_model(model), EngineConfig(**config))
 
 
 __all__ = [
@@ -45,7 +55,9 @@ __all__ = [
     "Request",
     "Result",
     "SamplingParams",
+    "Settings",
+    "SpecConfig",
     "Stream",
     "TokenEvent",
-    "load",
+    "open_engine",
 ]

@@ -1,8 +1,10 @@
-"""Plan, then load: the one path from files and flags to a running Engine.
+"""The one path from settings to a running Engine: resolve -> plan -> load.
 
-Every command that runs a model goes through ``load_engine``: the memory plan decides the
-GPU layers and context, and if llama.cpp still runs out of memory the load is retried with
-fewer target layers (said through ``note``) before giving up with one sentence.
+Every command that runs a model (``run``, ``bench``, and next ``serve`` and ``chat``) and
+the Python API get their engine from ``open_engine``: it resolves the model and its draft
+(downloading into the Hugging Face cache), plans GPU layers and context for this
+machine, and loads, retrying with fewer target layers when llama.cpp still runs out of
+memory. Progress and notes go to callbacks; nothing here prints.
 """
 
 from __future__ import annotations
@@ -10,13 +12,93 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from localspec.engine import Engine, EngineConfig
 from localspec.errors import OutOfMemory
 from localspec.plan import Plan, plan
 from localspec.resolve.gguf_info import ModelInfo, read_info
+from localspec.resolve.hub import Progress
+from localspec.settings import Settings, build, updated
+
+if TYPE_CHECKING:  # the engine imports llama.cpp: only when a model is loaded
+    from localspec.engine import Engine, EngineConfig
 
 MAX_TRIES = 3
+Note = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def open_engine(
+    model: str | Path | Settings | None = None,
+    *,
+    offline: bool = False,
+    progress: Progress | None = None,
+    note: Note = _quiet,
+    detail: Note = _quiet,
+    **settings: Any,
+) -> Engine:
+    """A running Engine for ``model``: a .gguf path, a Hub name (``org/repo[:QUANT]``), a
+    profile name, None (the default profile, else the embedded model), or ``Settings``.
+    Keyword arguments are settings (``draft="auto"``, ``slots=2``, ``ctx_size=2048``,
+    ``spec="ngram"``, ``kv_type="q8_0"``, ...), checked like flags. ``progress(file,
+    done, total)`` follows downloads; ``note`` gets what a user may want to know (no
+    draft found, a retry with fewer GPU layers), ``detail`` what --verbose shows (the draft
+    --draft auto picked). The engine's ``plan`` and ``settings``
+    say what was chosen."""
+    if isinstance(model, Settings):
+        s = updated(model, settings) if settings else model
+    else:
+        s = build(str(model) if model is not None else None, {k: (v, "argument") for k, v in settings.items()})
+    path = resolve(s.model, offline=offline, progress=progress)
+    draft_name = s.draft
+    if s.draft == "auto":
+        draft_name = auto_draft_name(s.model, offline=offline, note=note)
+        if draft_name:
+            detail(f"--draft auto: {draft_name}")
+    draft_path = resolve(draft_name, offline=offline, progress=progress) if draft_name else None
+    layout = plan_for(path, draft_path, ctx_size=s.ctx_size, slots=s.slots, kv_type=s.kv_type,
+                      gpu_layers=str(s.gpu_layers), draft_gpu_layers=str(s.draft_gpu_layers))
+    from localspec.engine import EngineConfig
+
+    spec = s.spec_config()
+    if spec.mode == "draft" and draft_path is None and s.draft == "auto":
+        spec = replace(spec, mode="ngram")  # --draft auto found none: n-gram lookup alone
+    engine = load_engine(path, EngineConfig(n_threads=s.threads, draft_model=draft_path, spec=spec), layout, note)
+    engine.plan, engine.settings = layout, s
+    return engine
+
+
+def resolve(name: str | None, *, offline: bool = False, progress: Progress | None = None) -> Path:
+    """A model name (path, Hub name, or None for the default) -> a local GGUF file,
+    downloaded into the Hugging Face cache where needed."""
+    from localspec.resolve import resolve_model
+    from localspec.resolve.cache import touch
+
+    path = resolve_model(name, offline=offline, progress=progress)
+    touch(path)
+    return path
+
+
+def auto_draft_name(model: str | None, *, offline: bool = False, note: Note = _quiet) -> str | None:
+    """What ``--draft auto`` means for this target (None: nothing compatible found, and
+    speculation uses n-gram lookup alone)."""
+    from localspec.resolve import Hub, looks_like_hub
+    from localspec.resolve.pairing import auto_draft, cached_draft_for_file
+
+    hub = Hub.from_env(offline=offline)
+    if model is None:
+        name = None
+    elif looks_like_hub(model):
+        name = auto_draft(hub, model)
+    else:
+        name = cached_draft_for_file(hub, Path(model).expanduser())
+    if name is None:
+        note(f"--draft auto: no model with {model or 'the default model'}'s tokenizer found; "
+             "speculating with n-gram lookup alone")
+    return name
 
 
 def plan_for(
@@ -57,14 +139,11 @@ def describe(p: Plan) -> str:
     return " · ".join(parts + p.notes)
 
 
-def load_engine(
-    model: Path,
-    config: EngineConfig,
-    p: Plan,
-    note: Callable[[str], None] = lambda s: None,
-) -> Engine:
+def load_engine(model: Path, config: EngineConfig, p: Plan, note: Note = _quiet) -> Engine:
     """Load with the plan's layers and context; on lack of memory retry with half the
     target's GPU layers, at most MAX_TRIES times."""
+    from localspec.engine import Engine
+
     config = replace(
         config,
         n_ctx=p.ctx_size,

@@ -12,12 +12,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 
 from localspec.errors import LocalspecError, ProfileError
+from localspec.settings import optional_fields
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 CONFIG_FILE = "config.yaml"
@@ -27,37 +28,14 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class Speculation(_Section):
-    mode: Literal["auto", "ngram", "draft", "off"] | None = None
-    draft_max: int | None = Field(None, ge=1, le=64)
-    draft_min: int | None = Field(None, ge=0, le=64)
-    draft_p_min: float | None = Field(None, ge=0, le=1)
-    ngram_min: int | None = Field(None, ge=1, le=16)
-    ngram_max: int | None = Field(None, ge=1, le=16)
-
-
-class Sampling(_Section):
-    temperature: float | None = Field(None, ge=0)
-    top_k: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, ge=0, le=1)
-    min_p: float | None = Field(None, ge=0, le=1)
-    repeat_penalty: float | None = Field(None, ge=0)
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = Field(None, ge=1)
-
-
-Layers = Union[Literal["auto", "all"], int]
-
-
-class Context(_Section):
-    ctx_size: int | None = Field(None, ge=16)
-    slots: int | None = Field(None, ge=1, le=256)
-    kv_type: Literal["f16", "q8_0", "q4_0"] | None = None
-    gpu_layers: Layers | None = None
-    draft_gpu_layers: Layers | None = None
-    threads: int | None = Field(None, ge=1)
+# The sections' keys and the settings they set: types and bounds come from Settings.
+Speculation = create_model("Speculation", __base__=_Section, **optional_fields(
+    {"mode": "spec", **{k: k for k in ("draft_max", "draft_min", "draft_p_min", "ngram_min", "ngram_max")}}))
+Sampling = create_model("Sampling", __base__=_Section, **optional_fields({k: k for k in (
+    "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
+    "seed", "max_tokens")}))
+Context = create_model("Context", __base__=_Section, **optional_fields({k: k for k in (
+    "ctx_size", "slots", "kv_type", "gpu_layers", "draft_gpu_layers", "threads")}))
 
 
 class Profile(_Section):
@@ -65,9 +43,9 @@ class Profile(_Section):
     model: str | None = None
     draft: str | None = None
     system: str | None = None
-    speculation: Speculation = Speculation()
-    sampling: Sampling = Sampling()
-    context: Context = Context()
+    speculation: Speculation = Speculation()  # type: ignore[valid-type]
+    sampling: Sampling = Sampling()  # type: ignore[valid-type]
+    context: Context = Context()  # type: ignore[valid-type]
 
     @field_validator("model", "draft")
     @classmethod
@@ -209,7 +187,7 @@ def validation_message(exc: ValidationError, node, where: str) -> str:
     for loc, errs in by_loc.items():
         line = _line_of(node, loc, key=errs[0]["type"] == "extra_forbidden")
         if len(errs) == 1:
-            message = _say(errs[0])
+            message = describe_error(errs[0])
         else:
             wanted = [str((e.get("ctx") or {}).get("expected")) if e["type"] == "literal_error" else "an integer"
                       for e in errs]
@@ -237,7 +215,8 @@ def _line_of(node, loc: tuple[str, ...], *, key: bool) -> int:
     return line
 
 
-def _say(err: dict) -> str:
+def describe_error(err: dict) -> str:
+    """A pydantic error as the end of a sentence that starts with the key."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "extra_forbidden":
         return "is not a known key"

@@ -1,48 +1,70 @@
-"""One place where settings are merged, in a documented order of precedence:
+"""Settings: one typed model, one validation, merged in one place in a documented order
+of precedence:
 
     command-line flag > environment variable (LOCALSPEC_*) > user profile
     > shipped profile > built-in default
 
 Flags and environment variables reach here together from Typer (an option's ``envvar``),
-each marked with where it came from; profiles add their layers below them.
+each marked with where it came from; profiles add their layers below them. The field
+constraints here are the only ones: profiles' sections are derived from them
+(``optional_fields``), the CLI's options carry none of their own, and a bad value ends
+in one sentence naming the setting and where it came from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, Optional, Union
 
-from localspec import profiles
-from localspec.engine.speculate import SpecConfig
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from localspec.errors import InvalidRequest
 from localspec.resolve.names import looks_like_hub, looks_like_path
-from localspec.types import SamplingParams
+from localspec.types import MODES, SamplingParams, SpecConfig
 
+Layers = Union[Literal["auto", "all"], int]
 _SPEC, _SAMPLING = SpecConfig(), SamplingParams()
 
-DEFAULTS: dict[str, Any] = {
-    "model": None, "draft": None, "system": None,
-    "spec": _SPEC.mode, "draft_max": _SPEC.draft_max, "draft_min": _SPEC.draft_min,
-    "draft_p_min": _SPEC.draft_p_min, "ngram_min": _SPEC.ngram_min, "ngram_max": _SPEC.ngram_max,
-    "temperature": _SAMPLING.temperature, "top_k": _SAMPLING.top_k, "top_p": _SAMPLING.top_p,
-    "min_p": _SAMPLING.min_p, "repeat_penalty": _SAMPLING.repeat_penalty,
-    "presence_penalty": _SAMPLING.presence_penalty, "frequency_penalty": _SAMPLING.frequency_penalty,
-    "seed": None, "max_tokens": None,
-    "ctx_size": None, "slots": 1, "kv_type": "f16", "gpu_layers": "auto", "draft_gpu_layers": "auto",
-    "threads": None,
-}
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
 
 
-@dataclass
-class Settings:
-    values: dict[str, Any]
-    sources: dict[str, str] = field(default_factory=dict)
-    profile: str | None = None
+class Settings(BaseModel):
+    """What a command runs with. ``sources`` says where each value came from ("default",
+    "flag", "env LOCALSPEC_X", "shipped profile P", "user profile P", "argument")."""
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["values"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+    model_config = ConfigDict(extra="forbid")
+
+    model: Optional[str] = None
+    draft: Optional[str] = None
+    system: Optional[str] = None
+    # speculation
+    spec: Annotated[Literal[MODES], BeforeValidator(_lower)] = _SPEC.mode  # type: ignore[valid-type]
+    draft_max: Annotated[int, Field(ge=1, le=64)] = _SPEC.draft_max
+    draft_min: Annotated[int, Field(ge=0, le=64)] = _SPEC.draft_min
+    draft_p_min: Annotated[float, Field(ge=0, le=1)] = _SPEC.draft_p_min
+    ngram_min: Annotated[int, Field(ge=1, le=16)] = _SPEC.ngram_min
+    ngram_max: Annotated[int, Field(ge=1, le=16)] = _SPEC.ngram_max
+    # sampling
+    temperature: Annotated[float, Field(ge=0)] = _SAMPLING.temperature
+    top_k: Annotated[int, Field(ge=0)] = _SAMPLING.top_k
+    top_p: Annotated[float, Field(ge=0, le=1)] = _SAMPLING.top_p
+    min_p: Annotated[float, Field(ge=0, le=1)] = _SAMPLING.min_p
+    repeat_penalty: Annotated[float, Field(ge=0)] = _SAMPLING.repeat_penalty
+    presence_penalty: float = _SAMPLING.presence_penalty
+    frequency_penalty: float = _SAMPLING.frequency_penalty
+    seed: Optional[int] = None
+    max_tokens: Optional[Annotated[int, Field(ge=1)]] = None
+    # context and memory
+    ctx_size: Optional[Annotated[int, Field(ge=16)]] = None
+    slots: Annotated[int, Field(ge=1, le=256)] = 1
+    kv_type: Literal["f16", "q8_0", "q4_0"] = "f16"
+    gpu_layers: Layers = "auto"
+    draft_gpu_layers: Layers = "auto"
+    threads: Optional[Annotated[int, Field(ge=1)]] = None
+    # provenance, not settings
+    sources: dict[str, str] = Field(default_factory=dict, exclude=True)
+    profile: Optional[str] = Field(default=None, exclude=True)
 
     def spec_config(self) -> SpecConfig:
         return SpecConfig(
@@ -58,13 +80,43 @@ class Settings:
         )
 
 
+NAMES: tuple[str, ...] = tuple(n for n in Settings.model_fields if n not in ("sources", "profile"))
+DEFAULTS: dict[str, Any] = {n: Settings.model_fields[n].default for n in NAMES}
+# Pairs that must be ordered: (smaller, larger).
+_ORDERED = (("draft_min", "draft_max"), ("ngram_min", "ngram_max"))
+
+
+class SettingError(InvalidRequest):
+    """A setting with a bad value: ``key`` names it, ``source`` says where it came from."""
+
+    def __init__(self, key: str, source: str, problem: str) -> None:
+        where = "" if source in ("flag", "default") else f" (from {source})"
+        super().__init__(f"{key}{where} {problem}.")
+        self.key, self.source, self.problem = key, source, problem
+
+
+def optional_fields(names: dict[str, str]) -> dict[str, Any]:
+    """Fields for a model whose keys may be left out (profiles): ``names`` maps each key
+    to the setting it sets; each keeps that setting's type and constraints."""
+    out: dict[str, Any] = {}
+    for key, name in names.items():
+        field = Settings.model_fields[name]
+        annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        out[key] = (Optional[annotation], None)
+    return out
+
+
 def is_profile_name(name: str) -> bool:
+    from localspec import profiles
+
     return not looks_like_hub(name) and not looks_like_path(name) and profiles.exists(name)
 
 
 def build(model: str | None, given: dict[str, tuple[Any, str]]) -> Settings:
     """``model`` as typed (a profile name, a model name, or None for the default profile);
     ``given``: option -> (value, "flag" | "env LOCALSPEC_X") for what was set."""
+    from localspec import profiles
+
     profile = model if model is not None and is_profile_name(model) else None
     if model is None:
         profile = profiles.default_profile()
@@ -77,4 +129,30 @@ def build(model: str | None, given: dict[str, tuple[Any, str]]) -> Settings:
         values["model"], sources["model"] = model, "argument"
     for k, (v, source) in given.items():
         values[k], sources[k] = v, source
-    return Settings(values, sources, profile)
+    return _validated(values, sources, profile)
+
+
+def updated(settings: Settings, values: dict[str, Any], source: str = "argument") -> Settings:
+    """``settings`` with ``values`` set (from ``source``), checked like the rest."""
+    sources = {**settings.sources, **{k: source for k in values}}
+    return _validated({**settings.model_dump(), **values}, sources, settings.profile)
+
+
+def _validated(values: dict[str, Any], sources: dict[str, str], profile: str | None) -> Settings:
+    try:
+        settings = Settings.model_validate({**values, "sources": sources, "profile": profile})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0])
+        raise SettingError(key, sources.get(key, "default"), _problem(err)) from None
+    for low, high in _ORDERED:
+        if getattr(settings, low) > getattr(settings, high):
+            key = low if sources.get(low, "default") != "default" else high
+            raise SettingError(key, sources.get(key, "default"), f"must not exceed --{high.replace('_', '-')}")
+    return settings
+
+
+def _problem(err: dict) -> str:
+    from localspec.profiles import describe_error
+
+    return describe_error(err)

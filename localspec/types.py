@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from localspec.errors import InvalidRequest
+
+MODES = ("auto", "ngram", "draft", "off")
+DRAFT_MAX_LIMIT = 256  # a draft longer than this never paid on any machine measured
+NGRAM_LIMIT = 16
+
 
 class FinishReason(str, Enum):
     STOP = "stop"  # a stop string matched
@@ -43,6 +49,37 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding for a request (or an engine's default). Checked where it is
+    built, with one sentence naming the setting, so every front end refuses alike."""
+
+    mode: str = "auto"  # off | ngram | draft | auto (n-gram when it matches, else the draft)
+    draft_max: int = 64  # an upper bound: the engine picks k each step from measured costs
+    draft_min: int = 0  # when speculating, draft at least this many
+    draft_p_min: float = 0.75  # stop drafting when the draft's top probability falls below
+    ngram_min: int = 1
+    ngram_max: int = 4
+    adaptive: bool = True  # False: always draft draft_max (for measuring)
+
+    def __post_init__(self) -> None:
+        mode = self.mode.lower() if isinstance(self.mode, str) else self.mode
+        if mode not in MODES:
+            raise InvalidRequest(f"Unknown speculation mode {self.mode!r}; use one of {', '.join(MODES)}.")
+        object.__setattr__(self, "mode", mode)
+        for name, lo, hi in (("draft_max", 1, DRAFT_MAX_LIMIT), ("draft_min", 0, DRAFT_MAX_LIMIT),
+                             ("ngram_min", 1, NGRAM_LIMIT), ("ngram_max", 1, NGRAM_LIMIT)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise InvalidRequest(f"{name} must be an integer from {lo} to {hi}, not {value!r}.")
+        if not isinstance(self.draft_p_min, (int, float)) or not 0.0 <= self.draft_p_min <= 1.0:
+            raise InvalidRequest(f"draft_p_min must be from 0 to 1, not {self.draft_p_min!r}.")
+        if self.draft_min > self.draft_max:
+            raise InvalidRequest(f"draft_min ({self.draft_min}) must not exceed draft_max ({self.draft_max}).")
+        if self.ngram_min > self.ngram_max:
+            raise InvalidRequest(f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max}).")
+
+
+@dataclass(frozen=True)
 class Message:
     role: str
     content: str
@@ -60,7 +97,9 @@ class Request:
     max_tokens: int | None = None  # None: until EOS or the context is full
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False  # fill TokenEvent.logprob (costs a softmax per token)
-    spec: str | None = None  # speculation for this request: off|ngram|draft|auto; None: the engine's
+    # Speculation for this request: None, the engine's; a mode name, the engine's settings
+    # with that mode; a SpecConfig, its own (two requests may run with different ones).
+    spec: SpecConfig | str | None = None
     margins: bool = False  # fill TokenEvent.margin (top-1 minus top-2 logit), for diagnosis
     # Reuse a slot's cached prompt prefix (llama.cpp's cache_prompt). A reused prefix is
     # decoded in other batches than a fresh prefill, which moves Q4 logits by ~0.1: the

@@ -5,8 +5,8 @@ known greedy outputs and a table of decode costs, against an oracle that knows t
     python scripts/spec_sim.py replay OUT.json [--costs 'T1,T2,...' | --costs-json costs.json]
 
 ``record`` decodes the bench prompts (or your JSON Lines prompts) plainly and keeps the
-prompt and output tokens. ``replay`` runs the engine's own Speculator over them
-(``localspec.engine.replay``: the target replaced by the recorded output, each step
+prompt and output tokens. ``replay`` runs the engine's own speculation policy over them
+(``localspec.bench.replay``: the target replaced by the recorded output, each step
 charged what a batch of its size costs) and the oracle, which drafts at each step exactly
 as far as will be kept when that is cheaper: no policy can beat it, so it shows what is
 left to win on a given machine; and llama.cpp's ngram-simple rule (a 12-token match
@@ -21,20 +21,21 @@ import argparse
 import json
 from pathlib import Path
 
-from localspec.engine.replay import fixed_rule, oracle, replay
+from localspec.bench.replay import fixed_rule, oracle, replay
 
 
 def record(model: str, out: str, max_tokens: int, prompts: str | None) -> None:
-    from localspec.bench import SUITE, _generate, load_prompts
+    from localspec.bench.runner import _generate
+    from localspec.bench.suite import builtin_suite, load_prompts
     from localspec.engine import Engine
-    from localspec.types import Message, Request
+    from localspec.types import Message, Request, SpecConfig
 
-    suite = load_prompts(Path(prompts)) if prompts else SUITE
+    suite = load_prompts(Path(prompts)) if prompts else builtin_suite()
     data = {}
     with Engine(model) as engine:
         for p in suite:  # decoded as the bench decodes its plain runs
             tokens, _ = engine.prepare(Request(messages=[Message("user", p.prompt)]))
-            output, _ = _generate(engine, p, max_tokens, "off")
+            output, _ = _generate(engine, p, max_tokens, SpecConfig(mode="off"))
             data[p.name] = {"prompt": tokens, "truth": output}
             print(f"{p.name}: {len(tokens)} prompt tokens, {len(output)} generated", flush=True)
     Path(out).write_text(json.dumps(data))

@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.request
 
-from localspec.bench import SUITE
+from localspec.bench.suite import builtin_suite
 
 CONFIGS = {
     "plain": [],
@@ -79,7 +79,7 @@ def main() -> None:
     if args.configs:
         wanted = ["plain", *(c.strip() for c in args.configs.split(","))]
         configs = {name: configs[name] for name in dict.fromkeys(wanted)}
-    prompts = [p for p in SUITE if args.only in p.name or args.only in p.kind]
+    prompts = [p for p in builtin_suite() if args.only in p.name or args.only in p.kind]
     rows, plain = [], {}
     for name, extra in configs.items():
         proc, url = serve(args.server, args.model, args.threads, extra)

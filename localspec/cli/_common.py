@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
@@ -63,104 +63,78 @@ def run_app(app: typer.Typer) -> int:
 
 
 # ---------------------------------------------------------------- shared options
+#
+# Declared once, as ``Annotated`` aliases (as huggingface_hub's cli does), and reused by
+# every command with the same names, help and LOCALSPEC_* variable. Settings carry no
+# bounds here: ``localspec.settings.Settings`` checks every value, from a flag, a
+# variable or a profile alike (``settings_from_context``). Defaults shown in --help are
+# the settings' own; what a command runs with is what ``settings_from_context`` merges.
 
 SPEC_HELP = (
     "Speculative decoding: auto (n-gram lookup, and the draft model where no n-gram "
     "proposal pays), ngram, draft, or off. It turns itself off whenever it would not pay."
 )
-
-
-def spec_options():
-    """The speculation options that run and bench share, as Typer parameter defaults."""
-    from localspec.engine.speculate import SpecConfig
-
-    d = SpecConfig()
-    return dict(
-        spec=typer.Option("auto", "--spec", help=SPEC_HELP, case_sensitive=False),
-        draft=typer.Option(None, "--draft", help="A draft model with the target's tokenizer: a .gguf path, a Hub name, or auto (find one)."),
-        draft_max=typer.Option(d.draft_max, "--draft-max", min=1, max=64, help="Draft at most this many tokens a step."),
-        draft_min=typer.Option(d.draft_min, "--draft-min", min=0, max=64, help="When drafting, draft at least this many."),
-        draft_p_min=typer.Option(
-            d.draft_p_min, "--draft-p-min", min=0.0, max=1.0,
-            help="Stop drafting when the draft model's top probability falls below this.",
-        ),
-        ngram_min=typer.Option(d.ngram_min, "--ngram-min", min=1, max=16, help="Shortest n-gram to look up."),
-        ngram_max=typer.Option(d.ngram_max, "--ngram-max", min=1, max=16, help="Longest n-gram to look up."),
-    )
-
-
-def spec_config(spec: str, draft_max: int, draft_min: int, draft_p_min: float, ngram_min: int, ngram_max: int):
-    from localspec.engine.speculate import MODES, SpecConfig
-
-    mode = spec.lower()
-    if mode not in MODES:
-        raise typer.BadParameter(f"use one of {', '.join(MODES)}", param_hint="--spec")
-    if ngram_min > ngram_max:
-        raise typer.BadParameter("must not exceed --ngram-max", param_hint="--ngram-min")
-    if draft_min > draft_max:
-        raise typer.BadParameter("must not exceed --draft-max", param_hint="--draft-min")
-    return SpecConfig(
-        mode=mode, draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min,
-        ngram_min=ngram_min, ngram_max=ngram_max,
-    )
-
-
-def check_kv_type(value: str) -> str:
-    """--kv-type: one of the cache types llama.cpp takes (a usage error otherwise)."""
-    if value not in ("f16", "q8_0", "q4_0"):
-        raise typer.BadParameter("use f16, q8_0 or q4_0", param_hint="--kv-type")
-    return value
-
-
-def check_layers(value: str, flag: str = "--gpu-layers") -> str:
-    """--gpu-layers / --draft-gpu-layers: auto, all, or a number of layers."""
-    if value not in ("auto", "all") and not value.isdigit():
-        raise typer.BadParameter("use auto, all or a number of layers", param_hint=flag)
-    return value
-
-
-def offline_option():
-    return typer.Option(
-        False, "--offline", envvar="LOCALSPEC_OFFLINE",
-        help="Use the Hugging Face cache only, never the network (HF_HUB_OFFLINE=1 does the same).",
-    )
-
-
 MODEL_HELP = (
     "A model: a .gguf path, a Hub name (org/repo, org/repo:Q8_0, org/repo/file.gguf, "
     "@revision) or a profile name."
 )
 
 
-# ---------------------------------------------------------------- settings
-
-
 def env_name(option: str) -> str:
     return "LOCALSPEC_" + option.upper()
 
 
-def with_env(func: F) -> F:
-    """Give every option that is a setting (``settings.DEFAULTS``) its LOCALSPEC_* variable,
-    so that Typer reads it and --help shows it."""
-    import inspect
+def _setting(name: str, *flags: str, help: str, **kw: Any) -> Any:
+    return typer.Option(*(flags or ("--" + name.replace("_", "-"),)), help=help, envvar=env_name(name), **kw)
 
-    from typer.models import OptionInfo
 
-    from localspec.settings import DEFAULTS
+Draft = Annotated[Optional[str], _setting(
+    "draft", help="A draft model with the target's tokenizer: a .gguf path, a Hub name, or auto (find one).")]
+Spec = Annotated[str, _setting("spec", help=SPEC_HELP)]
+DraftMax = Annotated[int, _setting("draft_max", help="Draft at most this many tokens a step (1-64).")]
+DraftMin = Annotated[int, _setting("draft_min", help="When drafting, draft at least this many.")]
+DraftPMin = Annotated[float, _setting(
+    "draft_p_min", help="Stop drafting when the draft model's top probability falls below this.")]
+NgramMin = Annotated[int, _setting("ngram_min", help="Shortest n-gram to look up.")]
+NgramMax = Annotated[int, _setting("ngram_max", help="Longest n-gram to look up.")]
 
-    for name, param in inspect.signature(func).parameters.items():
-        if name in DEFAULTS and isinstance(param.default, OptionInfo) and not param.default.envvar:
-            param.default.envvar = env_name(name)
-    return func
+System = Annotated[Optional[str], _setting("system", "--system", "-s", help="A system prompt.")]
+Temperature = Annotated[float, _setting("temperature", "--temperature", "-t", help="0 is greedy.")]
+TopK = Annotated[int, _setting("top_k", help="0 is off.")]
+TopP = Annotated[float, _setting("top_p", help="1 is off.")]
+MinP = Annotated[float, _setting("min_p", help="0 is off.")]
+RepeatPenalty = Annotated[float, _setting("repeat_penalty", help="1 is off.")]
+PresencePenalty = Annotated[float, _setting("presence_penalty", help="0 is off.")]
+FrequencyPenalty = Annotated[float, _setting("frequency_penalty", help="0 is off.")]
+Seed = Annotated[Optional[int], _setting("seed", help="Make sampling reproducible (any integer).")]
+MaxTokens = Annotated[Optional[int], _setting(
+    "max_tokens", "--max-tokens", "-n", help="Stop after this many tokens. Default: no limit.")]
+
+CtxSize = Annotated[Optional[int], _setting(
+    "ctx_size", "--ctx-size", "-c", help="Context per slot, in tokens. Default: the model's, at most 4096.")]
+Slots = Annotated[int, _setting("slots", help="Parallel sequences (KV slots).")]
+Threads = Annotated[Optional[int], _setting("threads", help="CPU threads. Default: all cores.")]
+KvType = Annotated[str, _setting("kv_type", help="KV cache type: f16, q8_0 or q4_0.")]
+GpuLayers = Annotated[str, _setting("gpu_layers", help="Target layers on the GPU: auto (planned), all, or N.")]
+DraftGpuLayers = Annotated[str, _setting("draft_gpu_layers", help="Draft layers on the GPU: auto, all, or N.")]
+
+Offline = Annotated[bool, typer.Option(
+    "--offline", envvar="LOCALSPEC_OFFLINE",
+    help="Use the Hugging Face cache only, never the network (HF_HUB_OFFLINE=1 does the same).")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's log and details.")]
+
+
+# ---------------------------------------------------------------- settings
 
 
 def settings_from_context(ctx: typer.Context, model: str | None):
     """The merged settings of the running command: its flags and LOCALSPEC_* variables
-    (as Typer saw them) over the profile's layers over the defaults."""
-    from localspec.settings import DEFAULTS, build
+    (as Typer saw them) over the profile's layers over the defaults. A bad flag is a
+    usage error (exit 2) naming the flag; a bad variable or profile value, one sentence."""
+    from localspec.settings import NAMES, SettingError, build
 
     given = {}
-    for name in DEFAULTS:
+    for name in NAMES:
         if name not in ctx.params or name == "model":  # the model argument is passed as is
             continue
         source = getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
@@ -168,7 +142,12 @@ def settings_from_context(ctx: typer.Context, model: str | None):
             given[name] = (ctx.params[name], "flag")
         elif source == "ENVIRONMENT":
             given[name] = (ctx.params[name], f"env {env_name(name)}")
-    return build(model, given)
+    try:
+        return build(model, given)
+    except SettingError as exc:
+        if exc.source == "flag":
+            raise typer.BadParameter(exc.problem, param_hint="--" + exc.key.replace("_", "-")) from None
+        raise
 
 
 def describe_settings(s) -> str:
@@ -176,5 +155,5 @@ def describe_settings(s) -> str:
     parts = [f"profile {s.profile}" if s.profile else "no profile"]
     for k, source in s.sources.items():
         if source != "default" and k != "system":
-            parts.append(f"{k}={s.values[k]} ({source})")
+            parts.append(f"{k}={getattr(s, k)} ({source})")
     return "settings: " + ", ".join(parts)

@@ -58,40 +58,19 @@ def download_bars():
 def resolve(name: str | None, *, offline: bool = False, verbose: bool = False) -> Path:
     """A model name (path, Hub name, or None for the default) -> a local GGUF file,
     downloading with progress bars where needed."""
-    from localspec.resolve import resolve_model
-    from localspec.resolve.cache import touch
+    from localspec import loader
 
     quiet_hub_logs(verbose)
     with download_bars() as report:
-        path = resolve_model(name, offline=offline, progress=report)
-    touch(path)
-    return path
+        return loader.resolve(name, offline=offline, progress=report)
 
 
 def auto_draft_name(model: str | None, *, offline: bool = False, verbose: bool = False) -> str | None:
-    """What ``--draft auto`` means for this target (None: nothing compatible found, and
-    speculation uses n-gram lookup alone)."""
-    from localspec.resolve import Hub, looks_like_hub
-    from localspec.resolve.pairing import auto_draft, cached_draft_for_file
+    """What ``--draft auto`` means for this target, said on stderr."""
+    from localspec import loader
 
     quiet_hub_logs(verbose)
-    hub = Hub.from_env(offline=offline)
-    if model is None:
-        name = None
-    elif looks_like_hub(model):
-        name = auto_draft(hub, model)
-    else:
-        name = cached_draft_for_file(hub, Path(model).expanduser())
-    if name is None:
-        terminal.note(f"--draft auto: no model with {model or 'the default model'}'s tokenizer found; "
-                      "speculating with n-gram lookup alone")
-    elif verbose:
+    name = loader.auto_draft_name(model, offline=offline, note=terminal.note)
+    if name is not None and verbose:
         terminal.note(f"--draft auto: {name}")
     return name
-
-
-def resolve_draft(draft: str | None, model: str | None, *, offline: bool = False, verbose: bool = False) -> Path | None:
-    """The draft model file: as named, or the one ``auto`` finds."""
-    if draft == "auto":
-        draft = auto_draft_name(model, offline=offline, verbose=verbose)
-    return resolve(draft, offline=offline, verbose=verbose) if draft else None

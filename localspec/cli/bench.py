@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import sys
 from pathlib import Path
@@ -14,15 +12,24 @@ from rich.table import Table
 
 from localspec.cli._common import (
     MODEL_HELP,
-    offline_option,
+    CtxSize,
+    Draft,
+    DraftGpuLayers,
+    DraftMax,
+    DraftMin,
+    DraftPMin,
+    GpuLayers,
+    KvType,
+    NgramMax,
+    NgramMin,
+    Offline,
+    Threads,
     settings_from_context,
-    spec_config,
-    spec_options,
     user_errors,
-    with_env,
 )
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
+from localspec.settings import DEFAULTS as D
 
 HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
 EPILOG = (
@@ -30,7 +37,6 @@ EPILOG = (
     "--modes ngram,draft  ·  localspec bench model.gguf --sweep 4,8,16 --json > bench.json"
 )
 
-_S = spec_options()
 
 
 def _table(records, model: str) -> Table:
@@ -69,7 +75,6 @@ def _progress(r) -> None:
 
 
 @user_errors
-@with_env
 def bench(
     ctx: typer.Context,
     model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " Default: the default profile, else the embedded SmolLM2-135M.",
@@ -91,38 +96,38 @@ def bench(
     sweep: Optional[str] = typer.Option(
         None, "--sweep", help="Try these --draft-max values (comma-separated) and say which is best."
     ),
-    ctx_size: Optional[int] = typer.Option(4096, "--ctx-size", "-c", min=64, help="Context length."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads. Default: all cores."),
-    draft: Optional[str] = _S["draft"],
-    draft_max: int = _S["draft_max"],
-    draft_min: int = _S["draft_min"],
-    draft_p_min: float = _S["draft_p_min"],
-    ngram_min: int = _S["ngram_min"],
-    ngram_max: int = _S["ngram_max"],
+    ctx_size: CtxSize = D["ctx_size"],
+    threads: Threads = D["threads"],
+    kv_type: KvType = D["kv_type"],
+    gpu_layers: GpuLayers = D["gpu_layers"],
+    draft_gpu_layers: DraftGpuLayers = D["draft_gpu_layers"],
+    draft: Draft = D["draft"],
+    draft_max: DraftMax = D["draft_max"],
+    draft_min: DraftMin = D["draft_min"],
+    draft_p_min: DraftPMin = D["draft_p_min"],
+    ngram_min: NgramMin = D["ngram_min"],
+    ngram_max: NgramMax = D["ngram_max"],
     vs_llama_cpp: bool = typer.Option(
         False, "--vs-llama-cpp", help="Also decode each prompt plainly with llama-cpp-python's own Llama class, for a raw llama.cpp yardstick."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout (the table goes to stderr)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
-    offline: bool = offline_option(),
+    offline: Offline = False,
 ) -> None:
-    from localspec import bench as lib
-    from localspec.engine import EngineConfig, backend
-    from localspec.loader import describe, load_engine, plan_for
-    from localspec.cli._models import resolve, resolve_draft
+    from localspec.bench import report, runner
+    from localspec.bench.suite import builtin_suite, load_prompts
+    from localspec.cli._models import download_bars, quiet_hub_logs
+    from localspec.engine import backend
+    from localspec.loader import describe, open_engine
+    from localspec.settings import updated
 
     s = settings_from_context(ctx, model)
-    model, draft = s.model, s.draft
-    draft_max, draft_min, draft_p_min, ngram_min, ngram_max = s.draft_max, s.draft_min, s.draft_p_min, s.ngram_min, s.ngram_max
-    threads = s.threads
-    if s.sources["ctx_size"] != "default":
-        ctx_size = s.ctx_size
     mode_list = [m.strip().lower() for m in modes.split(",")] if modes else (
-        ["ngram", "draft", "auto"] if draft else ["ngram"])
+        ["ngram", "draft", "auto"] if s.draft else ["ngram"])
     for m in mode_list:
         if m not in ("ngram", "draft", "auto"):
             raise typer.BadParameter(f"{m!r}: use ngram, draft or auto", param_hint="--modes")
-        if m in ("draft",) and not draft:
+        if m in ("draft",) and not s.draft:
             raise typer.BadParameter("draft mode needs --draft MODEL", param_hint="--modes")
     try:
         sweep_values = [int(v) for v in sweep.split(",")] if sweep else None
@@ -130,35 +135,33 @@ def bench(
         raise typer.BadParameter("expected numbers like 4,8,16", param_hint="--sweep") from None
     if sweep_values and any(not 1 <= v <= 64 for v in sweep_values):
         raise typer.BadParameter("values must be between 1 and 64", param_hint="--sweep")
-    speculation = spec_config(
-        "auto" if draft else "ngram", draft_max, draft_min, draft_p_min, ngram_min, ngram_max)
-    prompts = lib.load_prompts(prompts_file) if prompts_file else list(lib.SUITE)
+    prompts = load_prompts(prompts_file) if prompts_file else builtin_suite()
     if only:
         prompts = [p for p in prompts if only in p.name or only in p.kind]
         if not prompts:
             raise typer.BadParameter(f"no prompt's name or kind contains {only!r}", param_hint="--only")
     backend.set_verbose(verbose)
-    path = resolve(model, offline=offline, verbose=verbose)
-    draft_path = resolve_draft(draft, model, offline=offline, verbose=verbose)
-    if draft and draft_path is None:  # --draft auto found none: only n-gram is left to compare
+    quiet_hub_logs(verbose)
+    s = updated(s, {"spec": "auto" if s.draft else "ngram", "slots": 1}, "bench")
+    with download_bars() as progress:
+        engine = open_engine(s, offline=offline, progress=progress, note=terminal.note)
+    path, draft_path = engine.model.path, engine.draft.model.path if engine.draft else None
+    if s.draft and draft_path is None:  # --draft auto found none: only n-gram is left to compare
         if modes and "draft" in mode_list:
+            engine.close()
             raise typer.BadParameter("--draft auto found no compatible draft model", param_hint="--modes")
         mode_list = [m for m in mode_list if m != "draft"]
-        speculation = replace(speculation, mode="ngram")
-    layout = plan_for(path, draft_path, ctx_size=ctx_size, slots=1, kv_type="f16")
     if verbose:
-        terminal.note(describe(layout))
-    engine = load_engine(path, EngineConfig(n_threads=threads, draft_model=draft_path, spec=speculation),
-                         layout, note=terminal.note)
+        terminal.note(describe(engine.plan))
     try:
         terminal.note(
             f"{path.name}" + (f" with draft {draft_path.name}" if draft_path else "")
             + f" · {len(prompts)} prompts · modes plain, {', '.join(mode_list)} · {max_tokens} tokens, greedy"
         )
         def reference(tokens: list[int], n: int) -> float:
-            return backend.reference_decode_rate(path, tokens, n, n_ctx=engine.n_ctx, n_threads=threads)
+            return backend.reference_decode_rate(path, tokens, n, n_ctx=engine.n_ctx, n_threads=s.threads)
 
-        records = lib.run(
+        records = runner.run(
             engine, prompts, mode_list, max_tokens=max_tokens, sweep=sweep_values, repeat=repeat,
             reference=reference if vs_llama_cpp else None,
             on_record=_progress,
@@ -168,15 +171,15 @@ def bench(
     finally:
         engine.close()
     terminal.stderr.print(_table(records, path.name), width=max(terminal.stderr.width, 120))
-    summary = lib.summary(records)
-    for key, s in summary.items():
-        terminal.note(f"{key}: mean {s['mean_ratio']:.2f}x, min {s['min_ratio']:.2f}x, max {s['max_ratio']:.2f}x")
+    summary = report.summary(records)
+    for key, sm in summary.items():
+        terminal.note(f"{key}: mean {sm['mean_ratio']:.2f}x, min {sm['min_ratio']:.2f}x, max {sm['max_ratio']:.2f}x")
     if sweep_values:
-        for mode, dm in lib.best_draft_max(records).items():
+        for mode, dm in report.best_draft_max(records).items():
             terminal.note(f"best --draft-max for {mode}: {dm}")
     terminal.note(f"measured target decode cost (ms by batch size): {costs}; draft step {draft_ms} ms")
     if as_json:
-        data = lib.to_json(
+        data = report.to_json(
             records, model=str(path), draft=str(draft_path) if draft_path else None,
             max_tokens=max_tokens, target_cost_ms=costs, draft_step_ms=draft_ms,
         )

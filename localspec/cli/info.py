@@ -8,7 +8,7 @@ import sys
 import typer
 from rich.table import Table
 
-from localspec.cli._common import MODEL_HELP, offline_option, user_errors
+from localspec.cli._common import MODEL_HELP, Offline, user_errors
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
@@ -40,7 +40,7 @@ def info_record(info, *, source: str, repo: str | None = None, commit: str | Non
 def info(
     model: str = typer.Argument(..., help=MODEL_HELP, autocompletion=complete_model),
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON."),
-    offline: bool = offline_option(),
+    offline: Offline = False,
 ) -> None:
     from pathlib import Path
 

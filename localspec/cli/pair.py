@@ -8,7 +8,7 @@ import sys
 import typer
 from rich.table import Table
 
-from localspec.cli._common import MODEL_HELP, offline_option, user_errors
+from localspec.cli._common import MODEL_HELP, Offline, user_errors
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 
@@ -24,7 +24,7 @@ EPILOG = "Examples:  localspec pair Qwen/Qwen2.5-Coder-7B-Instruct-GGUF  ·  loc
 def pair(
     target: str = typer.Argument(..., help=MODEL_HELP, autocompletion=complete_model),
     as_json: bool = typer.Option(False, "--json", help="Print the candidates as JSON."),
-    offline: bool = offline_option(),
+    offline: Offline = False,
 ) -> None:
     from localspec.cli._models import quiet_hub_logs
     from localspec.errors import InvalidModelName

@@ -11,15 +11,19 @@ from rich.table import Table
 
 from localspec.cli._common import (
     MODEL_HELP,
-    check_kv_type,
-    check_layers,
-    offline_option,
+    CtxSize,
+    Draft,
+    DraftGpuLayers,
+    GpuLayers,
+    KvType,
+    Offline,
+    Slots,
     settings_from_context,
     user_errors,
-    with_env,
 )
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
+from localspec.settings import DEFAULTS as D
 
 HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
 EPILOG = (
@@ -58,20 +62,19 @@ def _layers(m) -> str:
 
 
 @user_errors
-@with_env
 def plan_command(
     ctx: typer.Context,
     model: str = typer.Argument(..., help=MODEL_HELP + " A Hub model is planned from its header, without downloading it.",
                                 autocompletion=complete_model),
-    draft: Optional[str] = typer.Option(None, "--draft", help="A draft model."),
-    ctx_size: Optional[int] = typer.Option(None, "--ctx-size", "-c", min=16, help="Context per slot. Default: the model's, at most 4096."),
-    slots: int = typer.Option(1, "--slots", min=1, max=256, help="Parallel sequences (KV slots)."),
-    kv_type: str = typer.Option("f16", "--kv-type", help="KV cache type: f16, q8_0 or q4_0."),
-    gpu_layers: str = typer.Option("auto", "--gpu-layers", help="auto, all, or a number of layers."),
-    draft_gpu_layers: str = typer.Option("auto", "--draft-gpu-layers", help="auto, all, or a number of layers."),
+    draft: Draft = D["draft"],
+    ctx_size: CtxSize = D["ctx_size"],
+    slots: Slots = D["slots"],
+    kv_type: KvType = D["kv_type"],
+    gpu_layers: GpuLayers = D["gpu_layers"],
+    draft_gpu_layers: DraftGpuLayers = D["draft_gpu_layers"],
     gpu_memory: Optional[str] = typer.Option(None, "--gpu-memory", help="Plan for a GPU of this size instead (e.g. 8GiB)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    offline: bool = offline_option(),
+    offline: Offline = False,
 ) -> None:
     from localspec.devices import parse_size
     from localspec.loader import plan_for
@@ -82,9 +85,8 @@ def plan_command(
     draft_name = auto_draft_name(s.model, offline=offline) if s.draft == "auto" else s.draft
     p = plan_for(
         header_info(s.model, offline), header_info(draft_name, offline) if draft_name else None,
-        ctx_size=s.ctx_size, slots=s.slots, kv_type=check_kv_type(s.kv_type),
-        gpu_layers=check_layers(str(s.gpu_layers)),
-        draft_gpu_layers=check_layers(str(s.draft_gpu_layers), "--draft-gpu-layers"),
+        ctx_size=s.ctx_size, slots=s.slots, kv_type=s.kv_type,
+        gpu_layers=str(s.gpu_layers), draft_gpu_layers=str(s.draft_gpu_layers),
         gpu_memory=parse_size(gpu_memory) if gpu_memory else None,
     )
     if as_json:

@@ -10,23 +10,42 @@ from typing import Optional
 import typer
 
 from localspec.cli._common import (
+    EXIT_INTERRUPTED,
     MODEL_HELP,
+    CtxSize,
+    Draft,
+    DraftGpuLayers,
+    DraftMax,
+    DraftMin,
+    DraftPMin,
+    FrequencyPenalty,
+    GpuLayers,
+    KvType,
+    MaxTokens,
+    MinP,
+    NgramMax,
+    NgramMin,
+    Offline,
+    PresencePenalty,
+    RepeatPenalty,
+    Seed,
+    Spec,
+    System,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+    Verbose,
     describe_settings,
     settings_from_context,
-    with_env,
-    offline_option,
-    EXIT_INTERRUPTED,
-    check_kv_type,
-    check_layers,
-    spec_config,
-    spec_options,
     user_errors,
 )
-from localspec.errors import InvalidRequest, LocalspecError
 from localspec.cli.completion import complete_model
+from localspec.errors import InvalidRequest, LocalspecError
 from localspec.outputs import terminal
 from localspec.outputs.records import result_record
-from localspec.types import FinishReason, Message, Request, Result, SamplingParams
+from localspec.settings import DEFAULTS as D
+from localspec.types import FinishReason, Message, Request, Result
 
 HELP = "Generate an answer to one prompt and stream it to stdout."
 EPILOG = (
@@ -35,8 +54,6 @@ EPILOG = (
     "localspec run model.gguf -f notes.txt --json"
 )
 
-_D = SamplingParams()
-_S = spec_options()
 
 
 def _read_prompt(argument: str | None, file: Path | None) -> str:
@@ -83,7 +100,6 @@ def _split_model_and_prompt(model: str | None, prompt: str | None) -> tuple[str 
 
 
 @user_errors
-@with_env
 def run(
     ctx: typer.Context,
     model: Optional[str] = typer.Argument(
@@ -96,80 +112,66 @@ def run(
     file: Optional[Path] = typer.Option(
         None, "--file", "-f", help="Read the prompt (or more of it) from FILE.", dir_okay=False
     ),
-    system: Optional[str] = typer.Option(None, "--system", "-s", help="A system prompt."),
+    system: System = D["system"],
     raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
-    max_tokens: Optional[int] = typer.Option(
-        None, "--max-tokens", "-n", min=1, help="Stop after this many tokens. Default: no limit."
-    ),
-    temperature: float = typer.Option(_D.temperature, "--temperature", "-t", min=0.0, help="0 is greedy."),
-    top_k: int = typer.Option(_D.top_k, "--top-k", min=0, help="0 is off."),
-    top_p: float = typer.Option(_D.top_p, "--top-p", min=0.0, max=1.0, help="1 is off."),
-    min_p: float = typer.Option(_D.min_p, "--min-p", min=0.0, max=1.0, help="0 is off."),
-    repeat_penalty: float = typer.Option(
-        _D.repeat_penalty, "--repeat-penalty", min=0.0, help="1 is off."
-    ),
-    presence_penalty: float = typer.Option(_D.presence_penalty, "--presence-penalty"),
-    frequency_penalty: float = typer.Option(_D.frequency_penalty, "--frequency-penalty"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Make sampling reproducible."),
+    max_tokens: MaxTokens = D["max_tokens"],
+    temperature: Temperature = D["temperature"],
+    top_k: TopK = D["top_k"],
+    top_p: TopP = D["top_p"],
+    min_p: MinP = D["min_p"],
+    repeat_penalty: RepeatPenalty = D["repeat_penalty"],
+    presence_penalty: PresencePenalty = D["presence_penalty"],
+    frequency_penalty: FrequencyPenalty = D["frequency_penalty"],
+    seed: Seed = D["seed"],
     stop: list[str] = typer.Option([], "--stop", help="Stop before this text (repeatable)."),
-    ctx_size: Optional[int] = typer.Option(
-        None, "--ctx-size", "-c", min=16, help="Context length in tokens. Default: the model's, at most 4096."
-    ),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads. Default: all cores."),
-    spec: str = _S["spec"],
-    draft: Optional[str] = _S["draft"],
-    draft_max: int = _S["draft_max"],
-    draft_min: int = _S["draft_min"],
-    draft_p_min: float = _S["draft_p_min"],
-    ngram_min: int = _S["ngram_min"],
-    ngram_max: int = _S["ngram_max"],
+    ctx_size: CtxSize = D["ctx_size"],
+    threads: Threads = D["threads"],
+    spec: Spec = D["spec"],
+    draft: Draft = D["draft"],
+    draft_max: DraftMax = D["draft_max"],
+    draft_min: DraftMin = D["draft_min"],
+    draft_p_min: DraftPMin = D["draft_p_min"],
+    ngram_min: NgramMin = D["ngram_min"],
+    ngram_max: NgramMax = D["ngram_max"],
     show_draft: bool = typer.Option(
         False, "--show-draft", help="Colour the tokens that came from accepted drafts (on a terminal)."
     ),
-    kv_type: str = typer.Option("f16", "--kv-type", help="KV cache type: f16, q8_0 or q4_0."),
-    gpu_layers: str = typer.Option("auto", "--gpu-layers", help="Target layers on the GPU: auto (planned), all, or N."),
-    draft_gpu_layers: str = typer.Option("auto", "--draft-gpu-layers", help="Draft layers on the GPU: auto, all, or N."),
+    kv_type: KvType = D["kv_type"],
+    gpu_layers: GpuLayers = D["gpu_layers"],
+    draft_gpu_layers: DraftGpuLayers = D["draft_gpu_layers"],
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     stats: bool = typer.Option(False, "--stats", help="Print speed and token counts on stderr."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log and details."),
-    offline: bool = offline_option(),
+    verbose: Verbose = False,
+    offline: Offline = False,
 ) -> None:
-    from localspec.cli._models import resolve, resolve_draft
-    from localspec.engine import EngineConfig, backend
-    from localspec.loader import describe, load_engine, plan_for
+    from localspec.cli._models import download_bars, quiet_hub_logs
+    from localspec.engine import backend
+    from localspec.loader import describe, open_engine
 
     model, prompt = _split_model_and_prompt(model, prompt)
     s = settings_from_context(ctx, model)
-    system, max_tokens, draft = s.system, s.max_tokens, s.draft
+    system = s.system
     if raw and system:
         if s.sources["system"] in ("flag",) or s.sources["system"].startswith("env"):
             raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
         system = None  # a profile's system prompt does not apply to a raw prompt
-    speculation = spec_config(s.spec, s.draft_max, s.draft_min, s.draft_p_min, s.ngram_min, s.ngram_max)
     text = _read_prompt(prompt, file)
     backend.set_verbose(verbose)
+    quiet_hub_logs(verbose)
     if verbose:
         terminal.note(describe_settings(s))
-    path = resolve(s.model, offline=offline, verbose=verbose)
-    draft_path = resolve_draft(draft, s.model, offline=offline, verbose=verbose)
     sampling = s.sampling()
     if raw:
-        request = Request(prompt=text, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
+        request = Request(prompt=text, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop))
     else:
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
-        request = Request(messages=messages, sampling=sampling, max_tokens=max_tokens, stop=list(stop))
-
-    layout = plan_for(path, draft_path, ctx_size=s.ctx_size, slots=1, kv_type=check_kv_type(s.kv_type),
-                      gpu_layers=check_layers(str(s.gpu_layers)),
-                      draft_gpu_layers=check_layers(str(s.draft_gpu_layers), "--draft-gpu-layers"))
+        request = Request(messages=messages, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop))
+    with download_bars() as report:
+        engine = open_engine(s, offline=offline, progress=report, note=terminal.note,
+                             detail=terminal.note if verbose else lambda _: None)
+    path = engine.model.path
     if verbose:
-        terminal.note(describe(layout))
-    engine = load_engine(
-        path,
-        EngineConfig(n_threads=s.threads, draft_model=draft_path, spec=speculation),
-        layout,
-        note=terminal.note,
-    )
+        terminal.note(describe(engine.plan))
     colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
     try:
         stream = engine.submit(request)

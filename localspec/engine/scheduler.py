@@ -11,17 +11,19 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from localspec.engine import backend, costs_cache, templates
-from localspec.engine.draft import DraftModel, check_pair
+from localspec.engine import backend, templates
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin
-from localspec.engine.speculate import MODES, SlotSpec, SpecConfig, verify
-from localspec.engine.speculator import Plan, Speculator
-from localspec.engine.stream import TextAssembler
+from localspec.engine.spec import costs as costs_cache
+from localspec.engine.spec.draftmodel import DraftModel, check_pair
+from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
+from localspec.engine.spec.verify import verify
+from localspec.engine.stream import Stream
+from localspec.engine.text import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, PromptTooLong
-from localspec.types import FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
+from localspec.types import FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
 
 DEFAULT_CTX = 4096
 
@@ -36,43 +38,7 @@ class EngineConfig:
     kv_type: str = "f16"
     draft_model: Path | None = None  # a GGUF with the target's tokenizer
     draft_gpu_layers: int = 0
-    spec: SpecConfig = SpecConfig()
-
-
-class Stream:
-    """The events of one request. Iterate it for ``TokenEvent``s; afterwards ``result``
-    says how it ended. ``cancel()`` may be called from any thread."""
-
-    def __init__(self, engine: Engine, prompt_tokens: int, template: str | None) -> None:
-        self._engine = engine
-        self._q: queue.SimpleQueue[TokenEvent | Result] = queue.SimpleQueue()
-        self._cancelled = threading.Event()
-        self.prompt_tokens = prompt_tokens
-        self.template = template
-        self.result: Result | None = None
-
-    def __iter__(self):
-        while self.result is None:
-            item = self._q.get()
-            if isinstance(item, Result):
-                self.result = item
-                return
-            yield item
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        self._engine._wake()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def wait(self) -> Result:
-        """Consume the stream to its end and return the Result."""
-        for _ in self:
-            pass
-        assert self.result is not None
-        return self.result
+    spec: SpecConfig = SpecConfig()  # for requests that do not bring their own
 
 
 @dataclass
@@ -80,6 +46,7 @@ class _Job:
     request: Request
     prompt: list[int]
     stream: Stream
+    spec: SpecConfig
 
 
 @dataclass
@@ -95,8 +62,7 @@ class _Slot:
     cached: int = 0
     t_start: float = 0.0
     t_first: float = 0.0
-    mode: str = "off"  # this request's speculation mode
-    spec: SlotSpec | None = None
+    spec: SpecState | None = None  # None: this request runs plain
 
     @property
     def active(self) -> bool:
@@ -121,8 +87,6 @@ class Engine:
             kv_type=config.kv_type,
         )
         self.spec = config.spec
-        if self.spec.mode not in MODES:
-            raise InvalidRequest(f"Unknown speculation mode {self.spec.mode!r}; use one of {', '.join(MODES)}.")
         self.draft: DraftModel | None = None
         if config.draft_model is not None:
             draft_model = backend.Model(config.draft_model, n_gpu_layers=config.draft_gpu_layers)
@@ -138,11 +102,11 @@ class Engine:
         elif self.spec.mode == "draft":
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         self.load_s = time.perf_counter() - t0
+        self.plan = None  # the memory plan and the settings, when opened by open_engine
+        self.settings = None
         self._batch = backend.Batch(config.n_batch)
-        self._costs_key = costs_cache.key(model_path, config.draft_model, config.n_threads, config.kv_type)
-        self.speculator = Speculator(
-            self.spec, self.draft, self.n_ctx, costs_cache.load(self._costs_key), self._batch.capacity
-        )
+        self._costs_key = costs_cache.cache_key(model_path, config.draft_model, config.n_threads, config.kv_type)
+        self.policy = SpecPolicy(self.draft, costs_cache.load_cached(self._costs_key), self._batch.capacity)
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._waiting: list[_Job] = []
@@ -193,12 +157,9 @@ class Engine:
         if self._closed:
             raise EngineClosed("The engine has been shut down.")
         tokens, template = self.prepare(request)
-        if request.spec is not None and request.spec not in MODES:
-            raise InvalidRequest(f"Unknown speculation mode {request.spec!r}; use one of {', '.join(MODES)}.")
-        if request.spec == "draft" and self.draft is None:
-            raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
-        stream = Stream(self, len(tokens), template)
-        self._inbox.put(_Job(request, tokens, stream))
+        spec = self.spec_for(request)
+        stream = Stream(self._wake, len(tokens), template)
+        self._inbox.put(_Job(request, tokens, stream, spec))
         return stream
 
     def generate(self, request: Request) -> Result:
@@ -213,8 +174,8 @@ class Engine:
         self._inbox.put(None)
         self._thread.join()
         self._batch.close()
-        if self.speculator.calibrated:
-            costs_cache.save(self._costs_key, self.speculator.costs)
+        if self.policy.calibrated:
+            costs_cache.save_cached(self._costs_key, self.policy.costs)
         if self.draft is not None:
             self.draft.close()
         self.ctx.close()
@@ -226,25 +187,35 @@ class Engine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def set_spec(self, spec: SpecConfig) -> None:
-        """Change speculation settings (draft lengths, n-gram sizes) for later steps."""
-        if spec.mode not in MODES or (spec.mode == "draft" and self.draft is None):
-            raise InvalidRequest(f"Speculation mode {spec.mode!r} is not available here.")
-        self.spec = self.speculator.config = spec
+    def spec_for(self, request: Request) -> SpecConfig:
+        """The speculation a request runs with: its own, the engine's with its mode, or
+        the engine's."""
+        if request.spec is None:
+            spec = self.spec
+        elif isinstance(request.spec, SpecConfig):
+            spec = request.spec
+        elif isinstance(request.spec, str):
+            spec = replace(self.spec, mode=request.spec)
+        else:
+            raise InvalidRequest("spec must be a SpecConfig or a mode name.")
+        if spec.mode == "draft" and self.draft is None:
+            raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
+        return spec
 
     @property
     def costs(self):
         """The measured decode costs speculation decides with."""
-        return self.speculator.costs
+        return self.policy.costs
 
-    def _calibrate(self) -> None:
+    def _calibrate(self, draft_max: int) -> None:
         """Time the batch sizes not yet known, on an idle slot (an empty one if any: a
         slot's cached prompt is lost to calibration); else the costs are learnt online."""
         idle = sorted((s for s in self._slots if not s.active), key=lambda s: len(s.tokens))
-        if idle and self.speculator.unmeasured(self._batch.capacity):
+        capacity = min(self._batch.capacity, self.n_ctx)
+        if idle and self.policy.unmeasured(capacity, draft_max):
             self.ctx.seq_rm(idle[0].seq, -1, -1)
             idle[0].tokens.clear()
-            self.speculator.calibrate(self.ctx, self._batch, idle[0].seq, max(self.model.vocab.bos, 0))
+            self.policy.calibrate(self.ctx, self._batch, idle[0].seq, max(self.model.vocab.bos, 0), draft_max, capacity)
 
     def _wake(self) -> None:
         self._inbox.put(_WAKE)
@@ -255,7 +226,7 @@ class Engine:
         # llama.cpp's CPU thread pool belongs to the thread that first decodes: measure
         # costs here, on the engine thread, never on the caller's.
         if self.spec.mode != "off" or self.draft is not None:
-            self._calibrate()
+            self._guarded(lambda: self._calibrate(self.spec.draft_max))
         while True:
             busy = bool(self._waiting) or any(s.active for s in self._slots)
             if not self._receive(block=not busy):
@@ -270,7 +241,17 @@ class Engine:
             if slot.active:
                 self._finish(slot, FinishReason.CANCELLED)
         for job in self._waiting:
-            job.stream._q.put(_empty_result(job, FinishReason.CANCELLED))
+            job.stream._end(_empty_result(job, FinishReason.CANCELLED))
+
+    def _guarded(self, action) -> None:
+        """Run a step of the engine's own housekeeping; a failure there costs speculation
+        its calibration, never the engine thread."""
+        try:
+            action()
+        except Exception:
+            self.ctx.seq_rm(-1, -1, -1)
+            for slot in self._slots:
+                slot.tokens.clear()
 
     def _receive(self, block: bool) -> bool:
         """Move queued jobs to the waiting list; False once close() was called."""
@@ -287,42 +268,51 @@ class Engine:
 
     def _admit(self) -> None:
         """Give waiting jobs free slots, preferring the slot whose cache shares the longest
-        prefix with the prompt (its KV entries are reused, not recomputed)."""
+        prefix with the prompt (its KV entries are reused, not recomputed). A job that
+        fails to start ends with its error; the others go on."""
         for job in [j for j in self._waiting if j.stream.cancelled]:
             self._waiting.remove(job)
-            job.stream._q.put(_empty_result(job, FinishReason.CANCELLED))
+            job.stream._end(_empty_result(job, FinishReason.CANCELLED))
         while self._waiting:
             free = [s for s in self._slots if not s.active]
             if not free:
                 return
             job = self._waiting.pop(0)
             slot = max(free, key=lambda s: _common_prefix(s.tokens, job.prompt))
-            self._start(slot, job)
+            try:
+                self._start(slot, job)
+            except Exception as exc:
+                slot.job = None
+                self.ctx.seq_rm(slot.seq, -1, -1)
+                slot.tokens.clear()
+                job.stream._end(_empty_result(job, FinishReason.ERROR, _message(exc)))
 
     def _start(self, slot: _Slot, job: _Job) -> None:
-        if (job.request.spec or self.spec.mode) != "off":
-            self._calibrate()
+        if job.spec.mode != "off":
+            self._calibrate(job.spec.draft_max)
         keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
+        params = job.request.sampling
+        slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None)
+        slot.text = TextAssembler(job.request.stop)
+        slot.spec = self.policy.start(job.prompt, job.spec)
         slot.job = job
         slot.cached = keep
         slot.prefill_at = keep
         slot.pending = None
         slot.generated = 0
-        params = job.request.sampling
-        slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None)
-        slot.text = TextAssembler(job.request.stop)
-        slot.mode, slot.spec = self.speculator.start(job.prompt, job.request.spec or self.spec.mode)
         slot.t_start = time.perf_counter()
 
     def _step(self) -> None:
+        """One decode for every active slot: draft, then one target batch (pending tokens
+        with their drafts, then prompt chunks), then verify and accept per slot."""
         for slot in self._slots:
             if slot.active and slot.job.stream.cancelled:
                 self._finish(slot, FinishReason.CANCELLED)
         generating = [s for s in self._slots if s.active and s.pending is not None]
         t0 = time.perf_counter()
-        drafts = self.speculator.plan(generating)
+        proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None])
         t_draft = time.perf_counter() - t0
         batch = self._batch
         batch.clear()
@@ -330,42 +320,54 @@ class Engine:
         for slot in generating:  # pending token + drafts, every row with logits
             n = len(slot.tokens)
             first_row[slot.seq] = batch.add(slot.pending, n, slot.seq, True)
-            for i, token in enumerate(drafts[slot.seq].tokens if slot.seq in drafts else ()):
+            proposal = proposals.get(slot.seq)
+            for i, token in enumerate(proposal.tokens if proposal else ()):
                 batch.add(token, n + 1 + i, slot.seq, True)
-        padded = self._pad(generating, drafts)
-        prefilled: list[tuple[_Slot, int]] = []
-        generating_rows = batch.n
-        for slot in self._slots:  # then prompt chunks, as far as the batch has room
-            if slot.active and slot.pending is None and batch.n < batch.capacity:
-                prompt = slot.job.prompt
-                end = min(len(prompt), slot.prefill_at + batch.capacity - batch.n)
-                for i in range(slot.prefill_at, end):
-                    row = batch.add(prompt[i], i, slot.seq, i == len(prompt) - 1)
-                slot.tokens.extend(prompt[slot.prefill_at : end])
-                slot.prefill_at = end
-                if end == len(prompt):
-                    prefilled.append((slot, row))
+        padded = self._pad(generating, proposals)
+        prefilled = self._prefill_chunks()
+        generating_rows = batch.n - sum(n for _, _, n in prefilled)
         if batch.n == 0:
             return
         t0 = time.perf_counter()
         self.ctx.decode(batch)
         t_verify = time.perf_counter() - t0
         if batch.n == generating_rows:  # a pure generation step: what verification costs
-            self.speculator.costs.observe_target(batch.n, t_verify)
+            self.policy.costs.observe_target(batch.n, t_verify)
         for slot in generating:
             if slot.active:
-                kind, tokens, qs = drafts.get(slot.seq, ("none", [], []))
                 if slot.spec is not None:
                     slot.spec.draft_s += t_draft
                     slot.spec.verify_s += t_verify
-                self._advance(slot, first_row[slot.seq], kind, tokens, qs, slot is padded)
-        for slot, row in prefilled:
-            if slot.active:
+                self._advance(slot, first_row[slot.seq], proposals.get(slot.seq), slot is padded)
+        for slot, row, _ in prefilled:
+            if slot.active and row >= 0:
                 token, _ = slot.sampler.sample(self.ctx.logits(row))
                 if self._emit(slot, token, False, row):
                     slot.pending = token
 
-    def _pad(self, generating: list[_Slot], drafts: dict[int, Plan]) -> _Slot | None:
+    def _view(self, slot: _Slot) -> SlotView:
+        max_more = (slot.job.request.max_tokens or 1 << 30) - slot.generated - 1
+        return SlotView(slot.seq, slot.tokens, slot.pending, min(self.n_ctx - 1 - len(slot.tokens), max_more),
+                        slot.spec, slot.sampler)
+
+    def _prefill_chunks(self) -> list[tuple[_Slot, int, int]]:
+        """Add prompt chunks of the slots still prefilling, as far as the batch has room:
+        (slot, the row of its last prompt token or -1 if not yet reached, rows added)."""
+        batch, out = self._batch, []
+        for slot in self._slots:
+            if slot.active and slot.pending is None and batch.n < batch.capacity:
+                prompt = slot.job.prompt
+                start = slot.prefill_at
+                end = min(len(prompt), start + batch.capacity - batch.n)
+                row = -1
+                for i in range(start, end):
+                    row = batch.add(prompt[i], i, slot.seq, i == len(prompt) - 1)
+                slot.tokens.extend(prompt[start:end])
+                slot.prefill_at = end
+                out.append((slot, row if end == len(prompt) else -1, end - start))
+        return out
+
+    def _pad(self, generating: list[_Slot], proposals: dict[int, Proposal]) -> _Slot | None:
         """Pad a batch of drafts to a larger size measured cheaper (Costs.pad_to): rows
         without logits on the last slot's sequence, past its drafts, removed again after
         verification. Only while no prompt is being fed, whose chunks fill the batch."""
@@ -373,35 +375,35 @@ class Engine:
         if batch.n < 2 or any(s.active and s.pending is None for s in self._slots):
             return None
         slot = generating[-1]
-        start = len(slot.tokens) + 1 + len(drafts[slot.seq].tokens if slot.seq in drafts else ())
+        proposal = proposals.get(slot.seq)
+        start = len(slot.tokens) + 1 + (len(proposal.tokens) if proposal else 0)
         rows = batch.n
-        size = self.speculator.costs.pad_to(rows, min(batch.capacity, rows + self.n_ctx - start))
+        size = self.policy.costs.pad_to(rows, min(batch.capacity, rows + self.n_ctx - start))
         if size == rows:
             return None
         for i in range(size - rows):
             batch.add(slot.pending, start + i, slot.seq, False)
         return slot
 
-    def _advance(
-        self, slot: _Slot, row0: int, kind: str, drafts: list[int], qs: list[Distribution], padded: bool = False
-    ) -> None:
+    def _advance(self, slot: _Slot, row0: int, proposal: Proposal | None, padded: bool = False) -> None:
         """Verify the slot's drafts against the target's logits, keep the accepted prefix
         in the KV cache (roll back the rest and any padding), and emit the new tokens."""
         t0 = time.perf_counter()
         sampler = slot.sampler
+        drafts, qs = (proposal.tokens, proposal.qs) if proposal else ([], [])
 
         def target(i: int) -> Distribution:
             return sampler.distribution(self.ctx.logits(row0 + i), drafts[:i])
 
         accepted, nxt = verify(drafts, qs, target, sampler.rng, sampler.draw)
         n = len(slot.tokens)
-        if accepted < len(drafts) or padded:
+        if accepted < len(drafts) or padded:  # roll back
             self.ctx.seq_rm(slot.seq, n + 1 + accepted, -1)
         slot.tokens.append(slot.pending)
         slot.tokens.extend(drafts[:accepted])
         slot.pending = None
         if slot.spec is not None:
-            self.speculator.record(slot.spec, kind, len(drafts), accepted)
+            slot.spec.record(proposal, accepted)
             slot.spec.sample_s += time.perf_counter() - t0
         out = drafts[:accepted] + [nxt]
         for i, token in enumerate(out):
@@ -427,7 +429,7 @@ class Engine:
         text = slot.text.push(self.model.token_to_piece(token))
         lp = logprob(self.ctx.logits(row), token) if job.request.logprobs else None
         margin = top2_margin(self.ctx.logits(row)) if job.request.margins else None
-        job.stream._q.put(TokenEvent(text, token, from_draft, lp, margin))
+        job.stream._put(TokenEvent(text, token, from_draft, lp, margin))
         if slot.text.stopped:
             self._finish(slot, FinishReason.STOP)
         elif job.request.max_tokens is not None and slot.generated >= job.request.max_tokens:
@@ -441,13 +443,13 @@ class Engine:
         assert job is not None and slot.text is not None
         tail = slot.text.finish() if reason is not FinishReason.STOP else ""
         if tail:
-            job.stream._q.put(TokenEvent(tail, -1))
+            job.stream._put(TokenEvent(tail, -1))
         if slot.prefill_at < len(job.prompt):  # stopped mid-prefill: forget the partial prompt
             self.ctx.seq_rm(slot.seq, slot.cached, -1)
             del slot.tokens[slot.cached :]
         now = time.perf_counter()
         first = slot.t_first or now
-        job.stream._q.put(
+        job.stream._end(
             Result(
                 text=slot.text.text,
                 finish_reason=reason,
@@ -461,9 +463,10 @@ class Engine:
         slot.job = None
         slot.pending = None
         slot.sampler = None
+        slot.spec = None
 
     def _fail_all(self, exc: Exception) -> None:
-        message = exc.message if isinstance(exc, LocalspecError) else f"Internal error: {exc!r}"
+        message = _message(exc)
         for slot in self._slots:
             if slot.active:
                 self._finish(slot, FinishReason.ERROR, message)
@@ -475,11 +478,15 @@ class Engine:
 _WAKE = object()
 
 
-def _spec_stats(spec: SlotSpec | None) -> SpecStats:
+def _message(exc: Exception) -> str:
+    return exc.message if isinstance(exc, LocalspecError) else f"Internal error: {exc!r}"
+
+
+def _spec_stats(spec: SpecState | None) -> SpecStats:
     if spec is None:
         return SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0)
     return SpecStats(
-        spec.mode, spec.drafted, spec.accepted, spec.steps, dict(sorted(spec.lengths.items())),
+        spec.ran, spec.drafted, spec.accepted, spec.steps, dict(sorted(spec.lengths.items())),
         spec.draft_s, spec.verify_s, spec.sample_s,
     )
 
@@ -492,8 +499,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def _empty_result(job: _Job, reason: FinishReason) -> Result:
-    return Result("", reason, Usage(len(job.prompt), 0), Timings(0.0, 0.0, 0), job.stream.template)
+def _empty_result(job: _Job, reason: FinishReason, error: str | None = None) -> Result:
+    return Result("", reason, Usage(len(job.prompt), 0), Timings(0.0, 0.0, 0), job.stream.template, error)
 
 
 def _validate(request: Request) -> None:

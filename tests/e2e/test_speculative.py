@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from localspec.engine import Engine, EngineConfig
-from localspec.engine.speculate import Costs, SpecConfig
+from localspec.engine.spec.costs import Costs
 from localspec.errors import DraftMismatch, InvalidRequest
-from localspec.types import Request, SamplingParams
+from localspec.types import Request, SamplingParams, SpecConfig
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = ["hello there world", "the cat sat on the mat", "in a galaxy far, far away", "abc abc abc"]
@@ -206,7 +206,7 @@ def test_draft_mode_without_a_draft_model_is_refused(tiny_model: Path):
 
 
 def test_measured_costs_are_remembered_for_the_next_engine(tiny_model: Path, tmp_path: Path, monkeypatch):
-    from localspec.engine import costs_cache
+    from localspec.engine.spec import costs as costs_cache
 
     monkeypatch.delenv("LOCALSPEC_NO_COST_CACHE")
     monkeypatch.setattr(costs_cache, "_path", lambda: tmp_path / "costs.json")
@@ -215,16 +215,16 @@ def test_measured_costs_are_remembered_for_the_next_engine(tiny_model: Path, tmp
         measured = first.costs.snapshot()
     assert set(measured) == {1, 2, 3, 4, 8, 16}  # up to the first size that reaches --draft-max
     with engine(tiny_model, mode="ngram", draft_max=16) as second:
-        assert not second.speculator.unmeasured(512)  # nothing to measure again
+        assert not second.policy.unmeasured(512, second.spec.draft_max)  # nothing to measure again
         assert set(second.costs.snapshot()) >= set(measured)
     with engine(tiny_model, mode="ngram", draft_max=4) as other_threads:
-        assert not other_threads.speculator.unmeasured(512)  # same file, threads, KV type: same key
+        assert not other_threads.policy.unmeasured(512, other_threads.spec.draft_max)  # same file, threads, KV type: same key
     with engine(tiny_model, mode="ngram", draft_max=40) as longer:
         longer.generate(Request(prompt="abc", sampling=GREEDY, max_tokens=4))
         assert {32, 64} <= set(longer.costs.snapshot())  # longer drafts: the missing sizes are timed
-        # --draft-max raised on a running engine (bench --sweep): timed on the idle slot,
+        # a request with a longer --draft-max (bench --sweep): timed on the idle slot,
         # which loses its cached prompt but not its correctness
-        longer.set_spec(replace(longer.spec, draft_max=100))
-        again = longer.generate(Request(prompt="abc", sampling=GREEDY, max_tokens=4))
+        again = longer.generate(Request(prompt="abc", sampling=GREEDY, max_tokens=4,
+                                        spec=replace(longer.spec, draft_max=100)))
         assert 128 in longer.costs.snapshot()
         assert again.usage.cached_tokens == 0

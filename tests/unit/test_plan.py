@@ -94,6 +94,7 @@ def test_loading_retries_with_fewer_gpu_layers_then_gives_up(monkeypatch):
     """The retry policy around llama.cpp's out-of-memory failure (the failure itself is
     simulated: no GPU here)."""
     from localspec import loader
+    from localspec import engine
     from localspec.engine import EngineConfig
 
     tries: list[int] = []
@@ -108,11 +109,11 @@ def test_loading_retries_with_fewer_gpu_layers_then_gives_up(monkeypatch):
 
     p = plan(Q7B, [CPU, gpu(24)], gpu_layers=28)
     notes: list[str] = []
-    monkeypatch.setattr(loader, "Engine", fake_engine(10))
+    monkeypatch.setattr(engine, "Engine", fake_engine(10))
     loader.load_engine(Path("/models/7b.gguf"), EngineConfig(), p, notes.append)
     assert tries == [28, 14, 7] and len(notes) == 2
     tries.clear()
-    monkeypatch.setattr(loader, "Engine", fake_engine(-1))
+    monkeypatch.setattr(engine, "Engine", fake_engine(-1))
     with pytest.raises(OutOfMemory, match="even with"):
         loader.load_engine(Path("/models/7b.gguf"), EngineConfig(), p)
     assert tries == [28, 14, 7]

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from localspec.engine.sampling import Distribution, Sampler, one_hot
-from localspec.engine.speculate import (
-    Acceptance,
-    Costs,
-    NgramIndex,
-    RunAcceptance,
-    SlotSpec,
-    SpecConfig,
-    choose_k,
-    residual,
-    verify,
-)
-from localspec.engine.replay import fixed_rule, oracle, replay
-from localspec.engine.speculator import Speculator
-from localspec.types import SamplingParams
+from localspec.bench.replay import fixed_rule, oracle, replay
+from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
+from localspec.engine.spec.costs import Costs
+from localspec.engine.spec.ngram import NgramIndex
+from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState, choose_k
+from localspec.engine.spec.verify import residual, verify
+from localspec.types import SamplingParams, SpecConfig
 
 
 def dist(probs: dict[int, float]) -> Distribution:
@@ -215,7 +207,7 @@ def test_one_hot_drafts_reproduce_plain_sampling_exactly():
 LONG_ONLY = {1: 36.0, 2: 72.0, 3: 107.0, 4: 107.0, 8: 165.0, 16: 194.0, 32: 352.0}
 
 
-def simulate_ngram(prompt: list[int], truth: list[int], table: dict[int, float]) -> SlotSpec:
+def simulate_ngram(prompt: list[int], truth: list[int], table: dict[int, float]) -> SpecState:
     """Greedy decoding of ``truth`` with n-gram speculation, the target replaced by the
     known output: verification keeps the drafts' common prefix with it."""
     return replay(prompt, truth, table).spec
@@ -242,7 +234,7 @@ def test_nothing_is_drafted_where_nothing_is_copied():
 
 def test_a_shadow_is_judged_token_by_token():
     index_tokens = [1, 2, 3, 4, 5, 6, 1, 2]
-    spec = Speculator(SpecConfig(mode="ngram"), None, n_ctx=64).start(index_tokens, "ngram")[1]
+    spec = SpecPolicy(None).start(index_tokens, SpecConfig(mode="ngram"))
     order, proposal, start = spec.ngram.propose(4)
     assert proposal == [3, 4, 5, 6]
     acc = spec.accept_ngram
@@ -266,7 +258,7 @@ class CheapDraft:
     def cached(self, seq: int, context: list[int]) -> int:
         return len(context)
 
-    def draft(self, jobs, p_min, on_step) -> int:
+    def draft(self, jobs, on_step) -> int:
         for job in jobs:
             job.drafts, job.qs = [7] * job.k, [one_hot(7)] * job.k
         self.jobs += jobs
@@ -278,14 +270,13 @@ def test_auto_uses_the_draft_model_where_the_ngram_proposal_does_not_pay(mode: s
     costs = costs_from(LONG_ONLY)
     costs.draft_step = costs.draft_per_token = 1.0  # a draft token costs 1/36 of a target step
     draft = CheapDraft()
-    speculator = Speculator(SpecConfig(mode=mode), draft, n_ctx=4096, costs=costs)
+    policy = SpecPolicy(draft, costs=costs)
     prompt = [1, 2, 3, 4, 5, 6, 3]  # "3" was seen before: a 1-gram proposal, [4, 5, 6, 3]
-    _, spec = speculator.start(prompt, mode)
-    slot = SimpleNamespace(seq=0, spec=spec, mode=mode, tokens=prompt[:-1], pending=3, generated=1,
-                           sampler=Sampler(SamplingParams(temperature=0.0)),
-                           job=SimpleNamespace(request=SimpleNamespace(max_tokens=None)))
+    spec = policy.start(prompt, SpecConfig(mode=mode))
+    slot = SlotView(seq=0, tokens=prompt[:-1], pending=3, room=4096 - len(prompt), state=spec,
+                    sampler=Sampler(SamplingParams(temperature=0.0)))
     assert spec.ngram.propose(4)[1] == [4, 5, 6, 3]
-    plans = speculator.plan([slot])
+    plans = policy.propose([slot])
     assert spec.shadow is not None  # the n-gram proposal did not pay: it is only judged
     if drafts_with_the_model:
         assert plans[0].kind == "draft" and plans[0].tokens and draft.jobs

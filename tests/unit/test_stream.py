@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localspec.engine.stream import TextAssembler
+from localspec.engine.text import TextAssembler
 
 
 def feed(assembler: TextAssembler, pieces: list[bytes]) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.engine import backend
-from localspec.engine.sampling import Distribution
+from localspec.engine.sampling import Distribution, one_hot
 from localspec.errors import DraftMismatch
 
 # (draft logits, drafts so far) -> (token, the distribution q it was drawn from, q's top probability)
@@ -23,6 +23,7 @@ class DraftJob:
     context: list[int]  # the target's tokens for this slot, ending with its pending token
     k: int
     pick: Pick
+    p_min: float = 0.0  # stop when the draft's top probability falls below this
     drafts: list[int] = field(default_factory=list)
     qs: list[Distribution] = field(default_factory=list)
     done: bool = False
@@ -47,9 +48,9 @@ class DraftModel:
         self._batch = backend.Batch(n_batch)
         self._tokens: list[list[int]] = [[] for _ in range(n_slots)]  # what each seq's KV holds
 
-    def draft(self, jobs: list[DraftJob], p_min: float, on_step: Callable[[float], None]) -> int:
+    def draft(self, jobs: list[DraftJob], on_step: Callable[[float], None]) -> int:
         """Fill each job's drafts (up to its k; fewer when the draft's confidence drops
-        below ``p_min``). Catches each sequence up with its target context first, and
+        below the job's ``p_min``). Catches each sequence up with its target context first, and
         returns how many tokens that took."""
         batch = self._batch
         batch.clear()
@@ -63,12 +64,12 @@ class DraftModel:
                 del have[keep:]
             for i in range(keep, len(job.context)):
                 if batch.n == batch.capacity:
-                    self._flush(waiting, p_min)
+                    self._flush(waiting)
                 row = batch.add(job.context[i], i, job.seq, i == len(job.context) - 1)
             have.extend(job.context[keep:])
             caught_up += len(job.context) - keep
             waiting.append((job, row))
-        self._flush(waiting, p_min)
+        self._flush(waiting)
         while True:
             live = [j for j in jobs if not j.done]
             if not live:
@@ -78,17 +79,17 @@ class DraftModel:
                 pos = len(job.context) + len(job.drafts) - 1
                 waiting.append((job, batch.add(job.drafts[-1], pos, job.seq, True)))
                 self._tokens[job.seq].append(job.drafts[-1])
-            self._flush(waiting, p_min)
+            self._flush(waiting)
             on_step(time.perf_counter() - t0)
 
-    def _flush(self, waiting: list[tuple[DraftJob, int]], p_min: float) -> None:
+    def _flush(self, waiting: list[tuple[DraftJob, int]]) -> None:
         """Decode the batch, then draw the next draft of every job whose row was in it."""
         if self._batch.n:
             self.ctx.decode(self._batch)
             self._batch.clear()
         for job, row in waiting:
             token, q, top = job.pick(self.ctx.logits(row), job.drafts)
-            if top < p_min:
+            if top < job.p_min:
                 job.done = True
                 continue
             job.drafts.append(token)
@@ -99,6 +100,17 @@ class DraftModel:
     def cached(self, seq: int, context: list[int]) -> int:
         """How many leading tokens of ``context`` the sequence's KV cache already holds."""
         return _common_prefix(self._tokens[seq], context)
+
+    def time_step(self, seq: int, token: int) -> float:
+        """Seconds of one draft step (the best of three), on a free sequence."""
+        best = float("inf")
+        for _ in range(3):
+            job = DraftJob(seq, [token], 1, lambda logits, d: (token, one_hot(token), 1.0))
+            t0 = time.perf_counter()
+            self.draft([job], lambda s: None)
+            best = min(best, time.perf_counter() - t0)
+            self.forget(seq)
+        return best
 
     def forget(self, seq: int) -> None:
         self.ctx.seq_rm(seq, -1, -1)

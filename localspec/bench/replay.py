@@ -8,10 +8,11 @@ no choice could beat there. Used by the tests and by ``scripts/spec_sim.py``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
-from localspec.engine.speculate import Costs, NgramIndex, SlotSpec, SpecConfig
-from localspec.engine.speculator import Speculator
+from localspec.engine.spec.costs import Costs
+from localspec.engine.spec.ngram import NgramIndex
+from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState
+from localspec.types import SpecConfig
 
 
 def tile_cost(table: dict[int, float], b: int) -> float:
@@ -42,34 +43,33 @@ def speedup(truth: list[int], table: dict[int, float], elapsed: float) -> float:
 class Replayed:
     speedup: float  # plain decoding's time over speculation's
     steps: list[tuple[int, int]]  # (drafted, kept) of each step that drafted
-    spec: SlotSpec
+    spec: SpecState
 
 
 def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64) -> Replayed:
     costs = Costs()
     for b, seconds in sorted(table.items()):  # size 1 first: the others are ratios to it
         costs.set_target(b, seconds)
-    speculator = Speculator(SpecConfig(mode="ngram", draft_max=draft_max), None, n_ctx=1 << 20, costs=costs)
-    _, spec = speculator.start(prompt, "ngram")
-    slot = SimpleNamespace(seq=0, spec=spec, mode="ngram", tokens=list(prompt), generated=1,
-                           job=SimpleNamespace(request=SimpleNamespace(max_tokens=len(truth))))
+    policy = SpecPolicy(None, costs=costs)
+    spec = policy.start(prompt, SpecConfig(mode="ngram", draft_max=draft_max))
+    tokens = list(prompt)
     spec.emitted(truth[0])  # the first token comes from the prefill
     done, elapsed, steps = 1, 0.0, []
     while done < len(truth):
-        plan = speculator.plan([slot]).get(0)
-        drafts = plan.tokens if plan else []
+        view = SlotView(0, tokens, truth[done - 1], len(truth) - done - 1, spec, None)
+        proposal = policy.propose([view]).get(0)
+        drafts = proposal.tokens if proposal else []
         n = kept(drafts, truth, done)
         seconds = tile_cost(table, len(drafts) + 1)
         elapsed += seconds
         costs.observe_target(len(drafts) + 1, seconds)
-        speculator.record(spec, plan.kind if plan else "none", len(drafts), n)
+        spec.record(proposal, n)
         if drafts:
             steps.append((len(drafts), n))
         for token in truth[done : done + n + 1]:
             spec.emitted(token)
-        slot.tokens.extend(truth[done - 1 : done + n])
+        tokens.extend(truth[done - 1 : done + n])
         done += n + 1
-        slot.generated = done
     return Replayed(speedup(truth, table, elapsed), steps, spec)
 
 

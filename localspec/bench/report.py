@@ -1,0 +1,70 @@
+"""Reporting the benchmark: summaries by mode and draft length, and the JSON record."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RunRecord:
+    prompt: str
+    kind: str
+    mode: str  # off, or the speculative mode asked for
+    draft_max: int | None
+    tokens: int
+    decode_tokens_per_s: float
+    ratio: float  # to plain decoding of the same prompt
+    ran: str  # what actually ran (off, ngram, draft, ngram+draft)
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0
+    mean_accepted_per_step: float = 0.0
+    draft_lengths: dict[int, int] = field(default_factory=dict)
+    identical: bool = True
+    first_difference: int | None = None
+    plain_margin: float | None = None  # plain run's top-2 logit gap at the first difference
+    llama_cpp_tokens_per_s: float | None = None  # raw llama.cpp on the same prompt (plain rows)
+    ratios: list[float] = field(default_factory=list)  # one per round (--repeat)
+
+
+def summary(records: list[RunRecord]) -> dict[str, dict[str, float]]:
+    """Per mode (and draft_max): mean, min and max of the ratio to plain."""
+    groups: dict[str, list[float]] = {}
+    for r in records:
+        if r.mode == "off":
+            continue
+        groups.setdefault(f"{r.mode}@{r.draft_max}", []).append(r.ratio)
+    return {
+        key: {
+            "mean_ratio": round(statistics.fmean(v), 3),
+            "min_ratio": round(min(v), 3),
+            "max_ratio": round(max(v), 3),
+        }
+        for key, v in groups.items()
+    }
+
+
+def best_draft_max(records: list[RunRecord]) -> dict[str, int]:
+    """For each mode, the draft_max with the highest mean ratio (for --sweep)."""
+    best: dict[str, tuple[float, int]] = {}
+    for key, s in summary(records).items():
+        mode, dm = key.split("@")
+        if mode not in best or s["mean_ratio"] > best[mode][0]:
+            best[mode] = (s["mean_ratio"], int(dm))
+    return {mode: dm for mode, (_, dm) in best.items()}
+
+
+def to_json(records: list[RunRecord], **meta: object) -> dict:
+    return {
+        **meta,
+        "runs": [
+            {**asdict(r), "draft_lengths": {str(k): v for k, v in r.draft_lengths.items()},
+             "decode_tokens_per_s": round(r.decode_tokens_per_s, 2), "ratio": round(r.ratio, 3),
+             "acceptance_rate": round(r.acceptance_rate, 4),
+             "mean_accepted_per_step": round(r.mean_accepted_per_step, 3)}
+            for r in records
+        ],
+        "summary": summary(records),
+        "best_draft_max": best_draft_max(records),
+    }

@@ -1,0 +1,303 @@
+"""The speculation policy: for each slot and step, which drafter proposes and how many
+tokens it drafts (the k that pays, from measured costs and the request's acceptance so
+far), including none when nothing beats plain decoding; probes; the draft model's batch.
+
+It reads an explicit per-slot view (``SlotView``) built by the scheduler, never the
+scheduler's own slot, and returns typed proposals.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from localspec.engine.sampling import Distribution, Sampler, one_hot, top_probability
+from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
+from localspec.engine.spec.costs import Costs, calibrate
+from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
+from localspec.engine.spec.ngram import NgramIndex
+from localspec.engine.spec.tuning import TUNING
+from localspec.types import SpecConfig
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Tokens a drafter proposes for one slot, each with the distribution q it was drawn
+    from (one-hot for an n-gram copy or a greedy draft)."""
+
+    kind: Literal["ngram", "draft"]
+    tokens: list[int]
+    qs: list[Distribution]
+    order: int = 0  # n-gram: the length of the match
+    start: int = -1  # n-gram: where in the index the tokens were copied from
+
+
+@dataclass
+class Shadow:
+    """An n-gram proposal that was not drafted, judged against the tokens that follow.
+
+    Under greedy decoding the tokens a verification would have kept are exactly the
+    proposal's common prefix with the output; under sampling with a one-hot q a draft x is
+    kept with probability p(x), the chance that the output token is x. So an undrafted
+    proposal measures the acceptance it would have had, at every depth, for free: the
+    choice of k learns where drafting would pay without paying for a failed draft (on a
+    CPU where only long drafts pay, short probes could never show it)."""
+
+    order: int  # the n-gram length it was proposed on
+    tokens: list[int]
+    start: int  # where in the index the proposal was copied from
+    matched: int = 0
+
+
+@dataclass
+class SpecState:
+    """One request's speculation: its settings, n-gram index, acceptance, and stats."""
+
+    config: SpecConfig
+    drafters: str  # ngram, draft or auto: what this request may use here
+    ngram: NgramIndex | None
+    accept_ngram: RunAcceptance  # by place in the run of output that followed the proposals
+    accept_draft: Acceptance
+    kept_in_a_row: int = 0  # the run: output tokens in a row that followed n-gram proposals
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    ngram_drafted: int = 0
+    model_drafted: int = 0
+    lengths: dict[int, int] = field(default_factory=dict)
+    idle_steps: int = 0  # steps since the last draft, for probing
+    probe_every: int = TUNING.probe_every
+    probing: bool = False
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    sample_s: float = 0.0
+    shadow: Shadow | None = None
+    shadowed: int = 0  # proposals judged without drafting
+
+    def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
+        """Judge an undrafted n-gram proposal against the coming output: one at a time
+        (a token is evidence once), replaced when a longer or shorter match proposes."""
+        if self.shadow is None or self.shadow.order != order:
+            self.accept_ngram.begin()
+            self.shadow = Shadow(order, tokens, start)
+            self.shadowed += 1
+
+    def emitted(self, token: int) -> None:
+        """A token of the output: indexed for lookup, and judged against the shadow as it
+        comes (evidence at once, not after a whole proposal's worth of steps)."""
+        if self.ngram is not None:
+            self.ngram.extend([token])
+        shadow = self.shadow
+        if shadow is None:
+            return
+        kept = token == shadow.tokens[shadow.matched]
+        self.accept_ngram.judge(self.kept_in_a_row + 1, kept, shadow.order)
+        if kept:
+            shadow.matched += 1
+            self.kept_in_a_row += 1
+            if self.ngram is not None:
+                self.ngram.accepted(shadow.start, shadow.matched)
+        else:
+            self.kept_in_a_row = 0
+        if not kept or shadow.matched == len(shadow.tokens):
+            self.shadow = None
+
+    def record(self, proposal: Proposal | None, accepted: int) -> None:
+        """After verification: acceptance statistics, the run, the n-gram copy cursor."""
+        drafted = len(proposal.tokens) if proposal else 0
+        self.steps += 1
+        self.lengths[drafted] = self.lengths.get(drafted, 0) + 1
+        if proposal is None or drafted == 0:
+            self.idle_steps += 1
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        if proposal.kind == "ngram":
+            self.ngram_drafted += drafted
+            self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
+            self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
+            if self.ngram is not None:
+                self.ngram.accepted(proposal.start, accepted)
+        else:
+            self.model_drafted += drafted
+            self.accept_draft.update(drafted, accepted)
+        if self.probing:  # a probe that did not restart drafting: wait twice as long
+            self.probe_every = min(self.probe_every * 2, TUNING.probe_every_max)
+            self.probing = False
+        else:
+            self.probe_every = TUNING.probe_every
+        self.idle_steps = 0
+
+    @property
+    def ran(self) -> str:
+        """What actually drafted: off, ngram, draft, or ngram+draft."""
+        kinds = [n for n, c in (("ngram", self.ngram_drafted), ("draft", self.model_drafted)) if c]
+        return "+".join(kinds) if kinds else "off"
+
+    def should_probe(self) -> bool:
+        """Draft once anyway after a while without drafts, so that the acceptance estimate
+        can notice that the text changed; each probe that changes nothing doubles the wait."""
+        self.probing = self.idle_steps >= self.probe_every
+        return self.probing
+
+
+@dataclass
+class SlotView:
+    """What the policy sees of a generating slot this step."""
+
+    seq: int
+    tokens: list[int]  # what the slot's KV cache holds
+    pending: int  # sampled, not yet decoded
+    room: int  # tokens the request may still produce after the pending one
+    state: SpecState
+    sampler: Sampler
+
+
+class SpecPolicy:
+    def __init__(self, draft: DraftModel | None, costs: Costs | None = None, batch_capacity: int = 512) -> None:
+        self.draft = draft
+        self.batch_capacity = batch_capacity  # the target batch holds every slot's drafts
+        self.costs = costs or Costs()
+        self.calibrated = costs is not None  # measured now or remembered: worth saving
+
+    def start(self, prompt: list[int], config: SpecConfig) -> SpecState | None:
+        """A new request's speculation state (None: it runs plain)."""
+        drafters = "ngram" if config.mode == "auto" and self.draft is None else config.mode
+        if drafters == "off":
+            return None
+        return SpecState(
+            config=config,
+            drafters=drafters,
+            ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
+            accept_ngram=RunAcceptance(),
+            accept_draft=Acceptance(prior=TUNING.draft_prior, k_max=config.draft_max),
+        )
+
+    def propose(self, slots: list[SlotView]) -> dict[int, Proposal]:
+        """Proposals by sequence id: n-gram lookups at once, the draft model's jobs in one
+        batch per draft position."""
+        proposals: dict[int, Proposal] = {}
+        jobs: list[DraftJob] = []
+        share = self.batch_capacity // max(1, len(slots)) - 1  # each slot's pending token + drafts
+        for slot in slots:
+            spec = slot.state
+            room = min(spec.config.draft_max, share, slot.room)
+            if room <= 0:
+                continue
+            if spec.ngram is not None:
+                order, tokens, start = spec.ngram.propose(room)
+                if tokens:
+                    expected = spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order)
+                    k = self._choose(spec, len(tokens), expected, 0.0)
+                    if k:
+                        proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order, start)
+                        spec.shadow = None
+                        continue
+                    spec.shadow_proposal(order, tokens, start)  # judged on the output instead
+                if spec.drafters == "ngram":
+                    continue
+            # auto: the draft model where the n-gram lookup has nothing that pays
+            if self.draft is not None and spec.drafters in ("draft", "auto") and self._draft_pays(spec.config):
+                gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
+                expected = spec.accept_draft.expected_tokens(growth_limit(spec.accept_draft, room))
+                k = self._choose(spec, room, expected, self.costs.draft_token, probe=gap)
+                if k:
+                    jobs.append(DraftJob(slot.seq, slot.tokens + [slot.pending], k,
+                                         _picker(slot.sampler, spec.config.draft_p_min), spec.config.draft_p_min))
+        if jobs:
+            t0 = time.perf_counter()
+            caught_up = self.draft.draft(jobs, self.costs.observe_draft)
+            # A phase that first fed the draft a prompt is a one-off prefill, not what
+            # drafting costs: counted, one would keep the draft model off for good.
+            if caught_up <= TUNING.steady_catch_up * len(jobs):
+                self.costs.observe_drafting(time.perf_counter() - t0, sum(len(j.drafts) for j in jobs))
+            for job in jobs:
+                proposals[job.seq] = Proposal("draft", job.drafts, job.qs)
+        return proposals
+
+    def _draft_pays(self, config: SpecConfig) -> bool:
+        """Whether the draft model is worth trying on this machine (see draft_can_pay);
+        --draft-min or a fixed draft length (adaptive off) forces it."""
+        if config.draft_min > 0 or not config.adaptive:
+            return True
+        return draft_can_pay(self.costs, config.draft_max)
+
+    def _choose(self, spec: SpecState, room: int, expected: np.ndarray, draft_cost: float,
+                probe: int | None = None) -> int:
+        """The k that pays. A draft model's acceptance can only be learnt by drafting, so
+        after a while without drafts it drafts once anyway (``probe``: the tokens it must
+        first catch up; a probe after a long pause is a prefill costing several target
+        steps, so only while that is short). N-gram proposals are judged as shadows."""
+        if room <= 0:
+            return 0
+        k_min = min(spec.config.draft_min, room)
+        if not spec.config.adaptive:
+            return room
+        k = choose_k(expected, self.costs, k_min=k_min, draft_cost=draft_cost)
+        if k == 0 and probe is not None and probe <= TUNING.probe_catch_up_max and spec.should_probe():
+            k = max(1, k_min)
+        return k
+
+    def unmeasured(self, capacity: int, draft_max: int) -> list[int]:
+        """Calibration sizes the choice of k may need (up to the first that reaches
+        ``draft_max``: an unmeasured size is costed as the next measured one, or
+        extrapolated one past the largest) that were never timed here; costs remembered
+        from an earlier run need no new measurement."""
+        known = self.costs.snapshot()
+        sizes = TUNING.calibration
+        limit = min((b for b in sizes if b >= draft_max), default=sizes[-1])
+        return [b for b in sizes if b <= min(limit, capacity) and b not in known]
+
+    def calibrate(self, ctx: Any, batch: Any, seq: int, token: int, draft_max: int, capacity: int) -> None:
+        """Time the batch sizes up to ``capacity`` rows (the batch's, and one sequence's
+        context) that ``draft_max`` may need and are not yet known (engine thread)."""
+        self.calibrated = True
+        calibrate(self.costs, ctx, batch, seq, token, self.unmeasured(capacity, draft_max), self.draft)
+
+
+def _picker(sampler: Sampler, p_min: float) -> Pick:
+    """How the draft model picks a token: as the request would sample, keeping q."""
+    need_top = p_min > 0.0
+
+    def pick(logits, drafts: list[int]) -> tuple[int, Distribution, float]:
+        q = sampler.distribution(logits, drafts)
+        if sampler.params.greedy:
+            return int(q.ids[0]), q, top_probability(logits) if need_top else 1.0
+        return sampler.draw_free(q), q, float(q.probs.max())
+
+    return pick
+
+
+def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: float = 0.0) -> int:
+    """The draft length with the most expected tokens per second; 0 if none beats plain
+    decoding by ``pay_margin``. ``expected[k]`` is the tokens a step yields with k drafts
+    (k = 0 up to the longest allowed), ``draft_cost`` the time to draft one token (0 for
+    n-gram lookup)."""
+    k_max = expected.size - 1
+    k_lo = max(1, k_min)
+    if k_max < k_lo:
+        return 0
+    ks = np.arange(k_lo, k_max + 1)
+    t = costs.table(k_max + 1)
+    rates = expected[ks] / (t[ks] + ks * draft_cost)  # t[k] is T(k + 1)
+    best = int(np.argmax(rates))
+    return int(ks[best]) if rates[best] > TUNING.pay_margin / t[0] else 0
+
+
+def growth_limit(acceptance: Acceptance, k_max: int) -> int:
+    """A draft model's depths never judged are only estimates: its drafts grow to at most
+    twice the deepest position seen."""
+    return min(k_max, max(TUNING.draft_growth_min, 2 * acceptance.deepest))
+
+
+def draft_can_pay(costs: Costs, k_max: int) -> bool:
+    """Could a draft model beat plain decoding here at all, even at a high acceptance?"""
+    alpha = TUNING.draft_can_pay_alpha
+    k = np.arange(1, k_max + 1)
+    expected = (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+    t = costs.table(k_max + 1)
+    best = float(np.max(expected / (t[k] + k * costs.draft_token)))  # t[k] is T(k + 1)
+    return best > TUNING.draft_can_pay_margin / t[0]

@@ -1,0 +1,64 @@
+"""Every tuned constant of speculation, in one place, with the measurement behind it.
+
+Measured on 2-core x86 CPUs (Intel with repacked Q4 kernels, AMD EPYC without) on
+SmolLM2-135M and Qwen2.5-Coder-0.5B/1.5B Q4_K_M, through ``localspec bench`` and the
+replay of recorded outputs (``scripts/spec_sim.py``); the history is in git log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tuning:
+    # --- the choice of k
+    # A draft must be expected to beat plain decoding by this much: the best of many k is
+    # chosen on estimates, so the winner is more often over- than under-estimated (the
+    # winner's curse); near the line that turned expected ties into 2-4% losses.
+    pay_margin: float = 1.05
+    # Would a draft model win at all, even at acceptance 0.95, by 2%? Trying costs a
+    # prefill of the whole context in the draft; a same-family pair on a 2-core CPU (draft
+    # step 0.65 of a target step) never passes, so it is never tried there.
+    draft_can_pay_alpha: float = 0.95
+    draft_can_pay_margin: float = 1.02
+    # A draft model's drafts grow to at most twice the deepest depth judged, at least
+    # this: a failed guess at k = 16 cost several plain steps on the CPUs here.
+    draft_growth_min: int = 4
+
+    # --- the draft model
+    draft_prior: float = 0.9  # acceptance of a same-family draft before evidence
+    # A draft phase costs more than its decodes: catch-up of the target's new tokens and
+    # the decode whose token the confidence cut discards (measured: about 1.3x).
+    draft_overhead: float = 1.3
+    probe_catch_up_max: int = 32  # tokens the draft may have to catch up for a probe
+    steady_catch_up: int = 2  # tokens a draft phase catches up in steady state
+    probe_every: int = 16  # steps without drafts before a probe; doubles per useless probe
+    probe_every_max: int = 256
+
+    # --- acceptance estimators (see acceptance.py)
+    # Draft model by depth: a band inherits above the prior only once judged this often
+    # per depth (a long draft on one lucky short one cost several steps on a CPU).
+    depth_sure: float = 1.5
+    depth_weight: float = 2.0  # the prior counts as this many judgements
+    decay: float = 0.97  # per proposal: the text changes, evidence ages
+    # n-gram by run position: priors for run positions 2, 3-4, 5-8, 9-16, 17 on. Low for
+    # short runs (coincidences are common, a long draft on one costs several plain steps),
+    # 0.97 past 16 (text rarely follows a source that far by chance); a summary's first
+    # 17-token run drafted on 0.95 lost, hence the cap by the band before.
+    run_priors: tuple[float, ...] = (0.3, 0.5, 0.7, 0.8, 0.97)
+    run_weight: float = 3.0
+    run_sure: float = 1.5
+    # Position 1 of a run by n-gram order: one matching token says little, four more.
+    first_priors: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5)  # n = 1, 2, 3, 4+
+
+    # --- costs
+    # Batch sizes timed before the first draft. Costs are far from linear and not even
+    # monotonic between these (2-core CPU: 12 rows cost more than 16, 17 up to 1.4 times
+    # 16), so the sizes that kernels favour are measured, not extrapolated.
+    calibration: tuple[int, ...] = (1, 2, 3, 4, 8, 16, 32, 64, 128)
+    cost_window: int = 15  # decodes a size's median follows (T(1) drifted 37 -> 50 ms in a run)
+    cost_table_min: int = 65  # sizes tabled at least: the longest draft at --draft-max 64
+
+
+TUNING = Tuning()
