@@ -17,12 +17,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from localspec.defaults import DEFAULTS as D
 from localspec.errors import InvalidRequest
-from localspec.resolve.names import looks_like_hub, looks_like_path
 from localspec.types import MODES, SamplingParams, SpecConfig
 
 Layers = Union[Literal["auto", "all"], int]
-_SPEC, _SAMPLING = SpecConfig(), SamplingParams()
 
 
 def _lower(value: Any) -> Any:
@@ -39,28 +38,28 @@ class Settings(BaseModel):
     draft: Optional[str] = None
     system: Optional[str] = None
     # speculation
-    spec: Annotated[Literal[MODES], BeforeValidator(_lower)] = _SPEC.mode  # type: ignore[valid-type]
-    draft_max: Annotated[int, Field(ge=1, le=64)] = _SPEC.draft_max
-    draft_min: Annotated[int, Field(ge=0, le=64)] = _SPEC.draft_min
-    draft_p_min: Annotated[float, Field(ge=0, le=1)] = _SPEC.draft_p_min
-    ngram_min: Annotated[int, Field(ge=1, le=16)] = _SPEC.ngram_min
-    ngram_max: Annotated[int, Field(ge=1, le=16)] = _SPEC.ngram_max
+    spec: Annotated[Literal[MODES], BeforeValidator(_lower)] = D["spec"]  # type: ignore[valid-type]
+    draft_max: Annotated[int, Field(ge=1, le=64)] = D["draft_max"]
+    draft_min: Annotated[int, Field(ge=0, le=64)] = D["draft_min"]
+    draft_p_min: Annotated[float, Field(ge=0, le=1)] = D["draft_p_min"]
+    ngram_min: Annotated[int, Field(ge=1, le=16)] = D["ngram_min"]
+    ngram_max: Annotated[int, Field(ge=1, le=16)] = D["ngram_max"]
     # sampling
-    temperature: Annotated[float, Field(ge=0)] = _SAMPLING.temperature
-    top_k: Annotated[int, Field(ge=0)] = _SAMPLING.top_k
-    top_p: Annotated[float, Field(ge=0, le=1)] = _SAMPLING.top_p
-    min_p: Annotated[float, Field(ge=0, le=1)] = _SAMPLING.min_p
-    repeat_penalty: Annotated[float, Field(ge=0)] = _SAMPLING.repeat_penalty
-    presence_penalty: float = _SAMPLING.presence_penalty
-    frequency_penalty: float = _SAMPLING.frequency_penalty
+    temperature: Annotated[float, Field(ge=0)] = D["temperature"]
+    top_k: Annotated[int, Field(ge=0)] = D["top_k"]
+    top_p: Annotated[float, Field(ge=0, le=1)] = D["top_p"]
+    min_p: Annotated[float, Field(ge=0, le=1)] = D["min_p"]
+    repeat_penalty: Annotated[float, Field(ge=0)] = D["repeat_penalty"]
+    presence_penalty: float = D["presence_penalty"]
+    frequency_penalty: float = D["frequency_penalty"]
     seed: Optional[int] = None
     max_tokens: Optional[Annotated[int, Field(ge=1)]] = None
     # context and memory
     ctx_size: Optional[Annotated[int, Field(ge=16)]] = None
-    slots: Annotated[int, Field(ge=1, le=256)] = 1
-    kv_type: Literal["f16", "q8_0", "q4_0"] = "f16"
-    gpu_layers: Layers = "auto"
-    draft_gpu_layers: Layers = "auto"
+    slots: Annotated[int, Field(ge=1, le=256)] = D["slots"]
+    kv_type: Literal["f16", "q8_0", "q4_0"] = D["kv_type"]
+    gpu_layers: Layers = D["gpu_layers"]
+    draft_gpu_layers: Layers = D["draft_gpu_layers"]
     threads: Optional[Annotated[int, Field(ge=1)]] = None
     # provenance, not settings
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)
@@ -90,7 +89,7 @@ class SettingError(InvalidRequest):
     """A setting with a bad value: ``key`` names it, ``source`` says where it came from."""
 
     def __init__(self, key: str, source: str, problem: str) -> None:
-        where = "" if source in ("flag", "default") else f" (from {source})"
+        where = "" if source in ("flag", "default", "argument") else f" (from {source})"
         super().__init__(f"{key}{where} {problem}.")
         self.key, self.source, self.problem = key, source, problem
 
@@ -108,6 +107,7 @@ def optional_fields(names: dict[str, str]) -> dict[str, Any]:
 
 def is_profile_name(name: str) -> bool:
     from localspec import profiles
+    from localspec.resolve.names import looks_like_hub, looks_like_path
 
     return not looks_like_hub(name) and not looks_like_path(name) and profiles.exists(name)
 

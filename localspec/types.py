@@ -33,7 +33,10 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     penalty_last_n: int = 64  # how many recent tokens the penalties look at
-    seed: int | None = None  # None: a fresh random seed per request
+    seed: int | None = None  # None: a fresh random seed per request; any integer
+    # Added to a token's logit before every transform (OpenAI's logit_bias: -100 to 100;
+    # -100 bans the token, 100 all but forces it).
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     @property
     def greedy(self) -> bool:

@@ -29,7 +29,7 @@ from localspec.cli._common import (
 )
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
-from localspec.settings import DEFAULTS as D
+from localspec.defaults import DEFAULTS as D
 
 HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
 EPILOG = (

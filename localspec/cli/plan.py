@@ -23,7 +23,7 @@ from localspec.cli._common import (
 )
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
-from localspec.settings import DEFAULTS as D
+from localspec.defaults import DEFAULTS as D
 
 HELP = "Show how a model (and its draft) would be laid out on this machine's devices, without loading it."
 EPILOG = (

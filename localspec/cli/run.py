@@ -44,7 +44,7 @@ from localspec.cli.completion import complete_model
 from localspec.errors import InvalidRequest, LocalspecError
 from localspec.outputs import terminal
 from localspec.outputs.records import result_record
-from localspec.settings import DEFAULTS as D
+from localspec.defaults import DEFAULTS as D
 from localspec.types import FinishReason, Message, Request, Result
 
 HELP = "Generate an answer to one prompt and stream it to stdout."
@@ -57,17 +57,17 @@ EPILOG = (
 
 
 def _read_prompt(argument: str | None, file: Path | None) -> str:
-    """The prompt argument, then the file, then piped stdin, joined by newlines."""
-    parts = [argument] if argument else []
+    """The prompt argument, then the file, then piped stdin, joined by newlines. Bytes
+    that are not UTF-8 become U+FFFD, and a note on stderr says where."""
+    parts = [_text(argument.encode("utf-8", "surrogateescape"), "the prompt argument")] if argument else []
     if file is not None:
         try:
-            parts.append(file.read_text(encoding="utf-8"))
+            parts.append(_text(file.read_bytes(), f"the prompt file {file}"))
         except OSError as exc:
             raise InvalidRequest(f"Cannot read the prompt file {file}: {exc.strerror}.") from exc
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest(f"The prompt file {file} is not UTF-8 text.") from exc
     if sys.stdin is not None and not sys.stdin.isatty():
-        piped = sys.stdin.read()
+        stream = getattr(sys.stdin, "buffer", None)
+        piped = _text(stream.read(), "stdin") if stream is not None else sys.stdin.read()
         if piped.strip():
             parts.append(piped)
     prompt = "\n".join(p.rstrip("\n") for p in parts)
@@ -76,6 +76,14 @@ def _read_prompt(argument: str | None, file: Path | None) -> str:
             "The prompt is empty; give it as an argument, with -f FILE, or on stdin."
         )
     return prompt
+
+
+def _text(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        terminal.note(f"{where} is not valid UTF-8: the bytes that are not were replaced with U+FFFD")
+        return data.decode("utf-8", errors="replace")
 
 
 def _looks_like_model(arg: str) -> bool:

@@ -1,15 +1,18 @@
 """Logits -> token, keeping the final distribution.
 
 Speculative verification needs the exact distribution a token is drawn from (after every
-transform), so ``distribution`` returns it and ``Sampler.sample`` draws from it. The
-transforms follow llama.cpp's default order: penalties, top-k, top-p, min-p, then
-temperature. Candidates stay sparse (ids + probabilities): a full softmax over a 150k
+processor and transform), so ``distribution`` returns it and ``Sampler.sample`` draws
+from it. Logits processors (callables ``(tokens, logits) -> logits``, as mlx-lm's
+``make_logits_processors``: a logit bias now, a grammar next) run first, on the output
+so far; then the transforms in llama.cpp's default order: penalties, top-k, top-p,
+min-p, then temperature. Candidates stay sparse (ids + probabilities): a full softmax over a 150k
 vocabulary every token would cost more than the rest of the loop.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +40,29 @@ class Distribution:
         out = np.zeros(n_vocab, dtype=np.float64)
         out[self.ids] = self.probs
         return out
+
+
+# (output tokens so far, logits) -> logits; must not change its input in place.
+LogitsProcessor = Callable[[list[int], np.ndarray], np.ndarray]
+BAN = -100.0  # a logit bias of -100 bans the token outright (OpenAI: "should ban")
+
+
+def logit_bias_processor(bias: dict[int, float]) -> LogitsProcessor:
+    """Add ``bias`` to the logits of its tokens; -100 makes a token impossible."""
+    ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+    values = np.fromiter((-np.inf if v <= BAN else v for v in bias.values()), dtype=np.float32, count=len(bias))
+
+    def apply(tokens: list[int], logits: np.ndarray) -> np.ndarray:
+        out = np.array(logits, dtype=np.float32, copy=True)
+        out[ids] += values
+        return out
+
+    return apply
+
+
+def make_logits_processors(params: SamplingParams) -> list[LogitsProcessor]:
+    """The processors a request's sampling settings ask for."""
+    return [logit_bias_processor(params.logit_bias)] if params.logit_bias else []
 
 
 def one_hot(token: int) -> Distribution:
@@ -142,9 +168,13 @@ class Sampler:
     however many tokens were drafted at each step: verifying a one-hot draft (n-gram, or a
     greedy draft) is "draw as plain sampling would; keep the draft if it is that token"."""
 
-    def __init__(self, params: SamplingParams, history: list[int] | None = None) -> None:
+    def __init__(self, params: SamplingParams, history: list[int] | None = None,
+                 processors: list[LogitsProcessor] | None = None) -> None:
         self.params = params
-        self.seed = params.seed if params.seed is not None else int(np.random.SeedSequence().entropy % (2**32))
+        self.processors = make_logits_processors(params) + list(processors or [])
+        self.output: list[int] = []  # what the processors see (kept only when there are some)
+        # Any integer is a seed: mapped into numpy's range (negative seeds would raise).
+        self.seed = params.seed % (1 << 64) if params.seed is not None else int(np.random.SeedSequence().entropy % (2**32))
         # Two independent streams: a leading 1 or 2 keeps them apart (numpy seeds (s, 0)
         # and s identically, so the draft's choices would otherwise echo position 0's).
         self.rng = np.random.default_rng((2, self.seed))  # the draft model's own choices
@@ -153,7 +183,12 @@ class Sampler:
 
     def distribution(self, logits: np.ndarray, extra: list[int] | None = None) -> Distribution:
         """The distribution after the accepted history plus ``extra`` tokens (drafts
-        being verified, which the penalties must see as if they were accepted)."""
+        being verified, which the penalties and processors must see as if they were
+        accepted)."""
+        if self.processors:
+            seen = self.output + extra if extra else self.output
+            for process in self.processors:
+                logits = process(seen, logits)
         if not self.params.penalized:
             return distribution(logits, self.params)
         return distribution(logits, self.params, self.history + extra if extra else self.history)
@@ -186,3 +221,5 @@ class Sampler:
         self.position += 1
         if self.params.penalized:
             self.history.append(token)
+        if self.processors:
+            self.output.append(token)

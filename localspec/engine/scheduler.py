@@ -8,6 +8,7 @@ asked for logits. Front ends talk to it only through ``Engine.submit(Request) ->
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -39,6 +40,15 @@ class EngineConfig:
     draft_model: Path | None = None  # a GGUF with the target's tokenizer
     draft_gpu_layers: int = 0
     spec: SpecConfig = SpecConfig()  # for requests that do not bring their own
+
+
+@dataclass(frozen=True)
+class SlotState:
+    seq: int
+    state: str  # idle, prefilling or generating
+    cached_tokens: int  # what the slot's KV cache holds
+    spec: str  # the drafters its request may use: off, ngram, draft or auto
+    acceptance: float | None  # of its drafts so far
 
 
 @dataclass
@@ -108,6 +118,7 @@ class Engine:
         self._costs_key = costs_cache.cache_key(model_path, config.draft_model, config.n_threads, config.kv_type)
         self.policy = SpecPolicy(self.draft, costs_cache.load_cached(self._costs_key), self._batch.capacity)
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
+        self.steps = 0  # engine steps (decodes) so far
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._waiting: list[_Job] = []
         self._closed = False
@@ -119,7 +130,7 @@ class Engine:
     def prepare(self, request: Request) -> tuple[list[int], str | None]:
         """Validate the request and turn it into prompt tokens (in the caller's thread,
         so that bad input fails at once)."""
-        _validate(request)
+        _validate(request, self.model.n_vocab)
         template = None
         if request.messages is not None:
             rendered = templates.render(
@@ -201,6 +212,16 @@ class Engine:
         if spec.mode == "draft" and self.draft is None:
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         return spec
+
+    def slot_states(self) -> list[SlotState]:
+        """What each slot is doing (a snapshot, read from any thread)."""
+        out = []
+        for slot in self._slots:
+            job, spec = slot.job, slot.spec
+            state = "idle" if job is None else "prefilling" if slot.pending is None and slot.generated == 0 else "generating"
+            out.append(SlotState(slot.seq, state, len(slot.tokens), spec.drafters if spec else "off",
+                                 spec.accepted / spec.drafted if spec and spec.drafted else None))
+        return out
 
     @property
     def costs(self):
@@ -311,6 +332,7 @@ class Engine:
             if slot.active and slot.job.stream.cancelled:
                 self._finish(slot, FinishReason.CANCELLED)
         generating = [s for s in self._slots if s.active and s.pending is not None]
+        self.steps += 1
         t0 = time.perf_counter()
         proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None])
         t_draft = time.perf_counter() - t0
@@ -503,7 +525,9 @@ def _empty_result(job: _Job, reason: FinishReason, error: str | None = None) -> 
     return Result("", reason, Usage(len(job.prompt), 0), Timings(0.0, 0.0, 0), job.stream.template, error)
 
 
-def _validate(request: Request) -> None:
+def _validate(request: Request, n_vocab: int) -> None:
+    """Range-check every field up front, in the caller's thread: a bad value is one
+    sentence to the caller, never a failure on the engine thread."""
     if request.prompt is None and request.messages is None and request.prompt_tokens is None:
         raise InvalidRequest("A request needs a prompt, messages or prompt tokens.")
     if request.prompt is not None and not request.prompt.strip():
@@ -511,6 +535,14 @@ def _validate(request: Request) -> None:
     if request.messages is not None and not any(m.content.strip() for m in request.messages):
         raise InvalidRequest("The prompt is empty.")
     s = request.sampling
+    for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidRequest(f"{name} must be a number, not {value!r}.")
+    for name in ("top_k", "penalty_last_n"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"{name} must be an integer, not {value!r}.")
     if not 0.0 < s.top_p <= 1.0:
         raise InvalidRequest(f"top_p must be in (0, 1], not {s.top_p}.")
     if not 0.0 <= s.min_p <= 1.0:
@@ -519,5 +551,17 @@ def _validate(request: Request) -> None:
         raise InvalidRequest(f"repeat_penalty must be positive, not {s.repeat_penalty}.")
     if s.temperature < 0.0:
         raise InvalidRequest(f"temperature must be 0 or more, not {s.temperature}.")
-    if request.max_tokens is not None and request.max_tokens < 1:
+    if s.penalty_last_n < 0:
+        raise InvalidRequest(f"penalty_last_n must be 0 or more, not {s.penalty_last_n}.")
+    if s.seed is not None and (isinstance(s.seed, bool) or not isinstance(s.seed, int)):
+        raise InvalidRequest(f"seed must be an integer, not {s.seed!r}.")
+    for token, bias in (s.logit_bias or {}).items():
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n_vocab:
+            raise InvalidRequest(f"logit_bias token ids must be in [0, {n_vocab}), not {token!r}.")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100.0 <= bias <= 100.0:
+            raise InvalidRequest(f"logit_bias values must be from -100 to 100, not {bias!r} (token {token}).")
+    if request.max_tokens is not None and (isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int)
+                                           or request.max_tokens < 1):
         raise InvalidRequest(f"max_tokens must be at least 1, not {request.max_tokens}.")
+    if not all(isinstance(x, str) for x in request.stop):
+        raise InvalidRequest("stop must be a list of strings.")

@@ -120,3 +120,10 @@ def test_run_through_a_user_profile_with_env_and_flag(config_dir: Path, tiny_mod
     # a lone profile name is the model, not the prompt
     alone = runner.invoke(app, ["run", "tiny"], input="")
     assert alone.exit_code == 1 and "The prompt is empty" in alone.stderr
+
+
+def test_the_plain_defaults_are_the_settings_defaults() -> None:
+    """--help shows localspec.defaults (no pydantic to load); Settings must agree."""
+    from localspec import defaults, settings
+
+    assert settings.DEFAULTS == defaults.DEFAULTS
