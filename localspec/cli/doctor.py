@@ -45,13 +45,13 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the finding
     from huggingface_hub import constants
 
     from localspec import __version__
-    from localspec.devices import detect
+    from localspec.devices import backends as ggml_backends, detect
     from localspec.engine import backend
     from localspec.resolve.local import EMBEDDED_INSTALL, embedded_model
     from localspec.testmodels import cache_dir
 
     devices = detect()
-    backends = backend.backends()
+    backends = ggml_backends()
     from localspec import profiles
     from localspec.errors import ProfileError
     from localspec.resolve.hub import default_cache_dir

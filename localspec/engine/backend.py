@@ -8,7 +8,6 @@ numpy; every llama.cpp failure becomes a ``localspec.errors`` exception with a s
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import os
 import sys
@@ -28,49 +27,19 @@ except Exception as exc:  # pragma: no cover - depends on the install
         f"({exc}); reinstall it as the README's install section says."
     ) from exc
 
+from localspec.engine import llamalog
 from localspec.errors import ContextError, DecodeError, ModelLoadError, OutOfMemory
 
 # ---------------------------------------------------------------------------- logging
 
-_log_lines: collections.deque[str] = collections.deque(maxlen=600)
-_verbose = False
 _init_lock = threading.Lock()
 _initialised = False
+set_verbose = llamalog.set_verbose
 
 
 @lc.llama_log_callback
 def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace")
-    # debug lines and the per-tensor graph dump (hundreds per context) would push out
-    # the lines that matter (buffer sizes, errors)
-    if level != 4 and not line.startswith("llama_graph_n_input_tensors"):
-        _log_lines.append(line)
-    if _verbose:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-
-
-def set_verbose(verbose: bool) -> None:
-    """Show llama.cpp's own log on stderr (it is kept quietly otherwise)."""
-    global _verbose
-    _verbose = verbose
-
-
-def recent_log(lines: int = 30) -> str:
-    """llama.cpp's last log lines: the detail behind a failure, shown under --verbose."""
-    return "".join(list(_log_lines)[-lines:]).strip()
-
-
-def _reported_mib(pattern: str) -> int:
-    """Sum of the ``... <pattern> = X MiB`` sizes llama.cpp logged since the last clear."""
-    total = 0.0
-    for line in _log_lines:
-        if pattern in line and "=" in line:
-            try:
-                total += float(line.split("=")[1].split("MiB")[0])
-            except ValueError:
-                continue
-    return int(total * (1 << 20))
+    llamalog.record(level, text.decode("utf-8", errors="replace"))
 
 
 def _init() -> None:
@@ -100,61 +69,15 @@ def builtin_templates() -> list[str]:
     return [name.decode() for name in arr if name]
 
 
-_DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
-
-
-def _ggml() -> ctypes.CDLL:
-    """libggml from llama-cpp-python's package (the backend-device API is not bound)."""
+def ggml_library() -> Path | None:
+    """libggml of llama-cpp-python's package (its backend-device API is not bound),
+    after llama.cpp's backends are initialised: ``devices`` probes devices through it."""
+    _init()
     lib_dir = Path(lc.__file__).parent / "lib"
     for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
         if (lib_dir / name).exists():
-            lib = ctypes.CDLL(str(lib_dir / name))
-            break
-    else:  # pragma: no cover - unusual layouts
-        lib = ctypes.CDLL("libggml.so")
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(lib, fn).restype = ctypes.c_char_p
-        getattr(lib, fn).argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_memory.argtypes = [
-        ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_reg_count.restype = ctypes.c_size_t
-    lib.ggml_backend_reg_get.restype = ctypes.c_void_p
-    lib.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_reg_name.restype = ctypes.c_char_p
-    lib.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
-    return lib
-
-
-def devices() -> list[tuple[str, str, str, int, int]]:
-    """(name, description, kind, free bytes, total bytes) of every device this build sees."""
-    _init()
-    lib = _ggml()
-    out = []
-    for i in range(lib.ggml_backend_dev_count()):
-        dev = lib.ggml_backend_dev_get(i)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        out.append((
-            (lib.ggml_backend_dev_name(dev) or b"?").decode(),
-            (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-            _DEVICE_KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
-            int(free.value),
-            int(total.value),
-        ))
-    return out
-
-
-def backends() -> list[str]:
-    """The ggml backends compiled into this build (CPU, CUDA, Metal, ...)."""
-    _init()
-    lib = _ggml()
-    return [(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)) or b"?").decode()
-            for i in range(lib.ggml_backend_reg_count())]
+            return lib_dir / name
+    return None  # pragma: no cover - unusual layouts
 
 
 def reference_decode_rate(path: Path, prompt: list[int], max_tokens: int, *, n_ctx: int, n_threads: int | None) -> float:
@@ -235,10 +158,10 @@ class Model:
         _init()
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        _log_lines.clear()
+        llamalog.clear()
         ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
-            log = recent_log()
+            log = llamalog.recent()
             if "out of memory" in log.lower() or "failed to allocate" in log.lower():
                 raise OutOfMemory(
                     f"Not enough memory to load {self.path.name}; "
@@ -252,7 +175,7 @@ class Model:
             )
         self._ptr = ptr
         #: what llama.cpp said it mapped or allocated for the weights (main buffers)
-        self.reported_weights_bytes = _reported_mib("model buffer size") - _reported_mib("REPACK model buffer size")
+        self.reported_weights_bytes = llamalog.reported_bytes("model buffer size") - llamalog.reported_bytes("REPACK model buffer size")
         self._vocab = lc.llama_model_get_vocab(ptr)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
@@ -348,10 +271,6 @@ class Model:
             piece = buf.raw[:n]
             self._pieces[key] = piece
         return piece
-
-    def detokenize(self, tokens: list[int], *, special: bool = False) -> str:
-        data = b"".join(self.token_to_piece(t, special=special) for t in tokens)
-        return data.decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])
@@ -471,10 +390,10 @@ class Context:
         if kv_type != "f16":  # a quantised V cache needs flash attention
             params.flash_attn_type = 1
         params.no_perf = True
-        _log_lines.clear()
+        llamalog.clear()
         ptr = lc.llama_init_from_model(model._ptr, params)
         if not ptr:
-            log = recent_log()
+            log = llamalog.recent()
             if "alloc" in log.lower() or "memory" in log.lower():
                 raise OutOfMemory(
                     f"Not enough memory for a context of {n_ctx} tokens; "
@@ -495,7 +414,7 @@ class Context:
             )
         self._ptr = ptr
         #: what llama.cpp said it allocated for the KV cache
-        self.reported_kv_bytes = _reported_mib("KV buffer size")
+        self.reported_kv_bytes = llamalog.reported_bytes("KV buffer size")
         self._mem = lc.llama_get_memory(ptr)
         self.n_ctx = int(lc.llama_n_ctx(ptr))
         self.n_batch = n_batch
@@ -513,7 +432,7 @@ class Context:
             raise KVFull()
         raise DecodeError(
             f"llama.cpp failed to evaluate a batch of {batch.n} tokens (code {rc}).",
-            detail=recent_log(),
+            detail=llamalog.recent(),
         )
 
     def logits(self, row: int) -> np.ndarray:
@@ -533,9 +452,6 @@ class Context:
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
-
-    def seq_pos_max(self, seq: int) -> int:
-        return int(lc.llama_memory_seq_pos_max(self._mem, seq))
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):
