@@ -46,7 +46,7 @@ def open_engine(
     ``spec="ngram"``, ``kv_type="q8_0"``, ...), checked like flags. ``progress(file,
     done, total)`` follows downloads; ``note`` gets what a user may want to know (no
     draft found, a retry with fewer GPU layers), ``detail`` what --verbose shows (the draft
-    --draft auto picked). The engine's ``plan`` and ``settings``
+    --draft auto picked, the memory plan). The engine's ``plan`` and ``settings``
     say what was chosen."""
     if isinstance(model, Settings):
         s = updated(model, settings) if settings else model
@@ -63,10 +63,9 @@ def open_engine(
                       gpu_layers=str(s.gpu_layers), draft_gpu_layers=str(s.draft_gpu_layers))
     from localspec.engine import EngineConfig
 
-    spec = s.spec_config()
-    if spec.mode == "draft" and draft_path is None and s.draft == "auto":
-        spec = replace(spec, mode="ngram")  # --draft auto found none: n-gram lookup alone
-    engine = load_engine(path, EngineConfig(n_threads=s.threads, draft_model=draft_path, spec=spec), layout, note)
+    detail(describe(layout))
+    engine = load_engine(path, EngineConfig(n_threads=s.threads, draft_model=draft_path, spec=s.spec_config()),
+                         layout, note)
     engine.plan, engine.settings = layout, s
     return engine
 

@@ -21,7 +21,19 @@ from localspec.defaults import DEFAULTS as D
 from localspec.errors import InvalidRequest
 from localspec.types import MODES, SamplingParams, SpecConfig
 
-Layers = Union[Literal["auto", "all"], int]
+def _layers(value: Any) -> Any:
+    """auto, all, or a number of layers (a flag gives "12", a profile 12)."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", "all"):
+        return value.strip().lower()
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    negative = isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit())
+    raise ValueError(f"must be 'auto' or 'all', or an integer{' of at least 0' if negative else ''} (got {value!r})")
+
+
+Layers = Annotated[Union[Literal["auto", "all"], int], BeforeValidator(_layers)]
 
 
 def _lower(value: Any) -> Any:
@@ -147,7 +159,8 @@ def _validated(values: dict[str, Any], sources: dict[str, str], profile: str | N
         raise SettingError(key, sources.get(key, "default"), _problem(err)) from None
     for low, high in _ORDERED:
         if getattr(settings, low) > getattr(settings, high):
-            key = low if sources.get(low, "default") != "default" else high
+            key = next((k for k in (low, high) if sources.get(k) == "flag"), None) or (
+                low if sources.get(low, "default") != "default" else high)
             raise SettingError(key, sources.get(key, "default"), f"must not exceed --{high.replace('_', '-')}")
     return settings
 

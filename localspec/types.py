@@ -100,6 +100,7 @@ class Request:
     max_tokens: int | None = None  # None: until EOS or the context is full
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False  # fill TokenEvent.logprob (costs a softmax per token)
+    top_logprobs: int = 0  # and TokenEvent.top_logprobs with this many alternatives (0-20)
     # Speculation for this request: None, the engine's; a mode name, the engine's settings
     # with that mode; a SpecConfig, its own (two requests may run with different ones).
     spec: SpecConfig | str | None = None
@@ -120,6 +121,7 @@ class TokenEvent:
     from_draft: bool = False
     logprob: float | None = None
     margin: float | None = None  # the target's top-1 minus top-2 logit where it chose this token
+    top_logprobs: tuple[tuple[int, float], ...] = ()  # (token id, logprob), best first
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class SpecStats:
     draft_s: float
     verify_s: float
     sample_s: float
+    by_drafter: dict[str, tuple[int, int]] = field(default_factory=dict)  # ngram|draft -> (drafted, accepted)
+    accepted_at: dict[int, int] = field(default_factory=dict)  # draft position (1-based) -> times kept
 
     @property
     def acceptance_rate(self) -> float:

@@ -17,6 +17,7 @@ from localspec.cli import profiles as _profiles
 from localspec.cli import pull as _pull
 from localspec.cli import rm as _rm
 from localspec.cli import run as _run
+from localspec.cli import serve as _serve
 
 app = typer.Typer(
     name="localspec",
@@ -44,6 +45,7 @@ def _root(
 
 
 app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
+app.command("serve", help=_serve.HELP, epilog=_serve.EPILOG)(_serve.serve)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
 app.command("pull", help=_pull.HELP, epilog=_pull.EPILOG)(_pull.pull)

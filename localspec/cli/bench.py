@@ -118,7 +118,7 @@ def bench(
     from localspec.bench.suite import builtin_suite, load_prompts
     from localspec.cli._models import download_bars, quiet_hub_logs
     from localspec.engine import backend
-    from localspec.loader import describe, open_engine
+    from localspec.loader import open_engine
     from localspec.settings import updated
 
     s = settings_from_context(ctx, model)
@@ -135,6 +135,8 @@ def bench(
         raise typer.BadParameter("expected numbers like 4,8,16", param_hint="--sweep") from None
     if sweep_values and any(not 1 <= v <= 64 for v in sweep_values):
         raise typer.BadParameter("values must be between 1 and 64", param_hint="--sweep")
+    if sweep_values and min(sweep_values) < s.draft_min:
+        raise typer.BadParameter(f"values must not be below --draft-min ({s.draft_min})", param_hint="--sweep")
     prompts = load_prompts(prompts_file) if prompts_file else builtin_suite()
     if only:
         prompts = [p for p in prompts if only in p.name or only in p.kind]
@@ -144,15 +146,14 @@ def bench(
     quiet_hub_logs(verbose)
     s = updated(s, {"spec": "auto" if s.draft else "ngram", "slots": 1}, "bench")
     with download_bars() as progress:
-        engine = open_engine(s, offline=offline, progress=progress, note=terminal.note)
+        engine = open_engine(s, offline=offline, progress=progress, note=terminal.note,
+                             detail=terminal.note if verbose else lambda _: None)
     path, draft_path = engine.model.path, engine.draft.model.path if engine.draft else None
     if s.draft and draft_path is None:  # --draft auto found none: only n-gram is left to compare
         if modes and "draft" in mode_list:
             engine.close()
             raise typer.BadParameter("--draft auto found no compatible draft model", param_hint="--modes")
         mode_list = [m for m in mode_list if m != "draft"]
-    if verbose:
-        terminal.note(describe(engine.plan))
     try:
         terminal.note(
             f"{path.name}" + (f" with draft {draft_path.name}" if draft_path else "")

@@ -154,7 +154,7 @@ def run(
 ) -> None:
     from localspec.cli._models import download_bars, quiet_hub_logs
     from localspec.engine import backend
-    from localspec.loader import describe, open_engine
+    from localspec.loader import open_engine
 
     model, prompt = _split_model_and_prompt(model, prompt)
     s = settings_from_context(ctx, model)
@@ -178,8 +178,6 @@ def run(
         engine = open_engine(s, offline=offline, progress=report, note=terminal.note,
                              detail=terminal.note if verbose else lambda _: None)
     path = engine.model.path
-    if verbose:
-        terminal.note(describe(engine.plan))
     colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
     try:
         stream = engine.submit(request)

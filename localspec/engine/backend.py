@@ -328,6 +328,8 @@ class Batch:
     def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
         """Append a row and return its index (the row to read logits from)."""
         i = self.n
+        if i >= self.capacity:  # the rows are raw C arrays: never write past them
+            raise RuntimeError(f"batch full ({self.capacity} rows)")
         b = self._b
         b.token[i] = token
         b.pos[i] = pos

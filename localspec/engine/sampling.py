@@ -160,6 +160,13 @@ def logprob(logits: np.ndarray, token: int) -> float:
     return float(x[token] - _logsumexp(x))
 
 
+def top_logprobs(logits: np.ndarray, n: int) -> tuple[tuple[int, float], ...]:
+    """The model's own ``n`` most likely tokens with their log-probabilities, best first."""
+    x = logits.astype(np.float64)
+    norm = _logsumexp(x)
+    return tuple((int(t), float(x[t] - norm)) for t in _top_ids(logits, n))
+
+
 class Sampler:
     """Per-request sampling state: the seed, the penalty history, the output position.
 

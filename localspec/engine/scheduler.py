@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.engine import backend, templates
-from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin
+from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
 from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
@@ -120,6 +120,8 @@ class Engine:
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self.steps = 0  # engine steps (decodes) so far
         self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._gate = threading.Condition()  # close() waits for submits under way
+        self._submitting = 0
         self._waiting: list[_Job] = []
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
@@ -165,13 +167,20 @@ class Engine:
         return tokens, template
 
     def submit(self, request: Request) -> Stream:
-        if self._closed:
-            raise EngineClosed("The engine has been shut down.")
-        tokens, template = self.prepare(request)
-        spec = self.spec_for(request)
-        stream = Stream(self._wake, len(tokens), template)
-        self._inbox.put(_Job(request, tokens, stream, spec))
-        return stream
+        with self._gate:
+            if self._closed:
+                raise EngineClosed("The engine has been shut down.")
+            self._submitting += 1
+        try:
+            tokens, template = self.prepare(request)
+            spec = self.spec_for(request)
+            stream = Stream(self._wake, len(tokens), template)
+            self._inbox.put(_Job(request, tokens, stream, spec))
+            return stream
+        finally:
+            with self._gate:
+                self._submitting -= 1
+                self._gate.notify_all()
 
     def generate(self, request: Request) -> Result:
         """Run one request to the end (a convenience for scripts and tests)."""
@@ -179,9 +188,11 @@ class Engine:
 
     def close(self) -> None:
         """Stop the engine thread (cancelling what runs) and free llama.cpp's memory."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._gate:
+            if self._closed:
+                return
+            self._closed = True
+            self._gate.wait_for(lambda: self._submitting == 0)
         self._inbox.put(None)
         self._thread.join()
         self._batch.close()
@@ -234,9 +245,15 @@ class Engine:
         idle = sorted((s for s in self._slots if not s.active), key=lambda s: len(s.tokens))
         capacity = min(self._batch.capacity, self.n_ctx)
         if idle and self.policy.unmeasured(capacity, draft_max):
-            self.ctx.seq_rm(idle[0].seq, -1, -1)
+            seq = idle[0].seq
+            self.ctx.seq_rm(seq, -1, -1)
             idle[0].tokens.clear()
-            self.policy.calibrate(self.ctx, self._batch, idle[0].seq, max(self.model.vocab.bos, 0), draft_max, capacity)
+            try:
+                self.policy.calibrate(self.ctx, self._batch, seq, max(self.model.vocab.bos, 0), draft_max, capacity)
+            except Exception:  # speculation then follows its online estimates alone
+                self.ctx.seq_rm(seq, -1, -1)
+                if self.draft is not None:
+                    self.draft.forget(seq)
 
     def _wake(self) -> None:
         self._inbox.put(_WAKE)
@@ -246,33 +263,40 @@ class Engine:
     def _run(self) -> None:
         # llama.cpp's CPU thread pool belongs to the thread that first decodes: measure
         # costs here, on the engine thread, never on the caller's.
-        if self.spec.mode != "off" or self.draft is not None:
-            self._guarded(lambda: self._calibrate(self.spec.draft_max))
-        while True:
-            busy = bool(self._waiting) or any(s.active for s in self._slots)
-            if not self._receive(block=not busy):
-                break
-            self._admit()
-            if any(s.active for s in self._slots):
+        try:
+            if self.spec.mode != "off" or self.draft is not None:
+                self._calibrate(self.spec.draft_max)
+            while True:
                 try:
-                    self._step()
+                    busy = bool(self._waiting) or any(s.active for s in self._slots)
+                    if not self._receive(block=not busy):
+                        break
+                    self._admit()
+                    if any(s.active for s in self._slots):
+                        self._step()
                 except Exception as exc:  # never let the thread die with requests waiting
                     self._fail_all(exc)
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        """End every stream still open: running, waiting, or still in the inbox."""
         for slot in self._slots:
             if slot.active:
-                self._finish(slot, FinishReason.CANCELLED)
+                try:
+                    self._finish(slot, FinishReason.CANCELLED)
+                except Exception:
+                    pass  # its Result went out
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Job):
+                self._waiting.append(item)
         for job in self._waiting:
             job.stream._end(_empty_result(job, FinishReason.CANCELLED))
-
-    def _guarded(self, action) -> None:
-        """Run a step of the engine's own housekeeping; a failure there costs speculation
-        its calibration, never the engine thread."""
-        try:
-            action()
-        except Exception:
-            self.ctx.seq_rm(-1, -1, -1)
-            for slot in self._slots:
-                slot.tokens.clear()
+        self._waiting.clear()
 
     def _receive(self, block: bool) -> bool:
         """Move queued jobs to the waiting list; False once close() was called."""
@@ -303,10 +327,10 @@ class Engine:
             try:
                 self._start(slot, job)
             except Exception as exc:
-                slot.job = None
-                self.ctx.seq_rm(slot.seq, -1, -1)
-                slot.tokens.clear()
                 job.stream._end(_empty_result(job, FinishReason.ERROR, _message(exc)))
+                slot.job = slot.spec = None
+                slot.tokens.clear()
+                self.ctx.seq_rm(slot.seq, -1, -1)
 
     def _start(self, slot: _Slot, job: _Job) -> None:
         if job.spec.mode != "off":
@@ -334,7 +358,8 @@ class Engine:
         generating = [s for s in self._slots if s.active and s.pending is not None]
         self.steps += 1
         t0 = time.perf_counter()
-        proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None])
+        proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None],
+                                        self._batch.capacity - len(generating))
         t_draft = time.perf_counter() - t0
         batch = self._batch
         batch.clear()
@@ -449,9 +474,13 @@ class Engine:
             self._finish(slot, FinishReason.EOS)
             return False
         text = slot.text.push(self.model.token_to_piece(token))
-        lp = logprob(self.ctx.logits(row), token) if job.request.logprobs else None
+        lp, tops = None, ()
+        if job.request.logprobs:
+            lp = logprob(self.ctx.logits(row), token)
+            if job.request.top_logprobs:
+                tops = top_logprobs(self.ctx.logits(row), job.request.top_logprobs)
         margin = top2_margin(self.ctx.logits(row)) if job.request.margins else None
-        job.stream._put(TokenEvent(text, token, from_draft, lp, margin))
+        job.stream._put(TokenEvent(text, token, from_draft, lp, margin, tops))
         if slot.text.stopped:
             self._finish(slot, FinishReason.STOP)
         elif job.request.max_tokens is not None and slot.generated >= job.request.max_tokens:
@@ -461,40 +490,53 @@ class Engine:
         return False
 
     def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
-        job = slot.job
-        assert job is not None and slot.text is not None
-        tail = slot.text.finish() if reason is not FinishReason.STOP else ""
-        if tail:
-            job.stream._put(TokenEvent(tail, -1))
-        if slot.prefill_at < len(job.prompt):  # stopped mid-prefill: forget the partial prompt
-            self.ctx.seq_rm(slot.seq, slot.cached, -1)
-            del slot.tokens[slot.cached :]
-        now = time.perf_counter()
-        first = slot.t_first or now
-        job.stream._end(
-            Result(
-                text=slot.text.text,
-                finish_reason=reason,
-                usage=Usage(len(job.prompt), slot.generated, slot.cached),
-                timings=Timings(first - slot.t_start, now - first, max(0, slot.generated - 1)),
-                template=job.stream.template,
-                error=error,
-                spec=_spec_stats(slot.spec),
+        """End the slot's request: its Result is sent whatever fails on the way."""
+        job, text = slot.job, slot.text
+        assert job is not None and text is not None
+        slot.job = None  # first: a failure below must not finish it twice
+        try:
+            tail = text.finish() if reason is not FinishReason.STOP else ""
+            if tail:
+                job.stream._put(TokenEvent(tail, -1))
+            if slot.prefill_at < len(job.prompt):  # stopped mid-prefill: forget the partial prompt
+                del slot.tokens[slot.cached :]
+                self.ctx.seq_rm(slot.seq, slot.cached, -1)
+        finally:
+            now = time.perf_counter()
+            first = slot.t_first or now
+            job.stream._end(
+                Result(
+                    text=text.text,
+                    finish_reason=reason,
+                    usage=Usage(len(job.prompt), slot.generated, slot.cached),
+                    timings=Timings(first - slot.t_start, now - first, max(0, slot.generated - 1)),
+                    template=job.stream.template,
+                    error=error,
+                    spec=_spec_stats(slot.spec),
+                )
             )
-        )
-        slot.job = None
-        slot.pending = None
-        slot.sampler = None
-        slot.spec = None
+            slot.pending = None
+            slot.sampler = None
+            slot.spec = None
 
     def _fail_all(self, exc: Exception) -> None:
+        """A step failed: its batch's requests end with the error, and every cache starts
+        afresh (the KV state of a failed batch is unknown)."""
         message = _message(exc)
         for slot in self._slots:
             if slot.active:
-                self._finish(slot, FinishReason.ERROR, message)
-            # the KV state of a failed batch is unknown: start every slot afresh
-            self.ctx.seq_rm(slot.seq, -1, -1)
+                try:
+                    self._finish(slot, FinishReason.ERROR, message)
+                except Exception:
+                    pass  # its Result went out; the clean-up below covers the rest
             slot.tokens.clear()
+        try:
+            self.ctx.seq_rm(-1, -1, -1)
+            if self.draft is not None:
+                for slot in self._slots:
+                    self.draft.forget(slot.seq)
+        except Exception:
+            pass
 
 
 _WAKE = object()
@@ -509,7 +551,7 @@ def _spec_stats(spec: SpecState | None) -> SpecStats:
         return SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0)
     return SpecStats(
         spec.ran, spec.drafted, spec.accepted, spec.steps, dict(sorted(spec.lengths.items())),
-        spec.draft_s, spec.verify_s, spec.sample_s,
+        spec.draft_s, spec.verify_s, spec.sample_s, dict(spec.by_drafter), dict(sorted(spec.accepted_at.items())),
     )
 
 
@@ -563,5 +605,8 @@ def _validate(request: Request, n_vocab: int) -> None:
     if request.max_tokens is not None and (isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int)
                                            or request.max_tokens < 1):
         raise InvalidRequest(f"max_tokens must be at least 1, not {request.max_tokens}.")
+    if isinstance(request.top_logprobs, bool) or not isinstance(request.top_logprobs, int) \
+            or not 0 <= request.top_logprobs <= 20:
+        raise InvalidRequest(f"top_logprobs must be from 0 to 20, not {request.top_logprobs!r}.")
     if not all(isinstance(x, str) for x in request.stop):
         raise InvalidRequest("stop must be a list of strings.")

@@ -53,12 +53,13 @@ class Stream:
     # ------------------------------------------------------------ the consumer's side
 
     def __iter__(self) -> Iterator[TokenEvent]:
-        if self._loop is not None:
+        if self.result is None and self._loop is not None:
             raise RuntimeError("This stream is consumed with async for.")
         while self.result is None:
             item = self._q.get()
             if isinstance(item, Result):
                 self.result = item
+                self._q.put(item)  # for any other consumer still waiting
                 return
             yield item
 
@@ -66,11 +67,14 @@ class Stream:
         return self._events()
 
     async def _events(self) -> AsyncIterator[TokenEvent]:
+        if self.result is not None:
+            return
         aq = self._bind()
         while self.result is None:
             item = await aq.get()
             if isinstance(item, Result):
                 self.result = item
+                aq.put_nowait(item)  # for any other consumer still waiting
                 return
             yield item
 

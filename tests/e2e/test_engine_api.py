@@ -59,6 +59,7 @@ def test_eight_async_consumers_on_four_slots_get_the_synchronous_text(tiny_model
         stream = engine.submit(Request(prompt=prompt, sampling=GREEDY, max_tokens=60))
         tokens = [e.token_id async for e in stream if e.token_id >= 0]
         result = await stream
+        assert stream.wait() is result  # the end, once, to every consumer
         return tokens, result.text
 
     async def main(engine: Engine):

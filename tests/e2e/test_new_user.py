@@ -52,3 +52,10 @@ def test_help_loads_no_llama_cpp():
     modules = [line.rsplit("|", 1)[-1].strip() for line in got.stderr.splitlines() if line.startswith("import time:")]
     assert modules and not [m for m in modules if m.startswith("llama_cpp")]
     assert "localspec.engine" not in [m.split(".")[0] + "." + m.split(".")[1] if "." in m else m for m in modules]
+
+
+def test_a_bad_layer_count_is_a_usage_error_naming_the_flag(tiny_model: Path):
+    got = localspec("run", str(tiny_model), "hi", "--gpu-layers", "-1")
+    err = " ".join(got.stderr.decode().replace("│", " ").split())  # unwrapped from Typer's box
+    assert got.returncode == 2 and "--gpu-layers" in err and "must be 'auto' or 'all', or an integer of at least 0" in err
+    assert "internal error" not in err

@@ -19,6 +19,7 @@ PROMPTS = ["hello there world", "the cat sat on the mat", "in a galaxy far, far 
 
 def engine(target: Path, draft: Path | None = None, slots: int = 1, **spec) -> Engine:
     spec.setdefault("draft_p_min", 0.0)  # the random tiny models are rarely confident
+    spec.setdefault("mode", "off")  # the plain reference
     return Engine(target, EngineConfig(n_ctx=512, n_slots=slots, draft_model=draft, spec=SpecConfig(**spec)))
 
 

@@ -68,6 +68,8 @@ class SpecState:
     ngram_drafted: int = 0
     model_drafted: int = 0
     lengths: dict[int, int] = field(default_factory=dict)
+    by_drafter: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (drafted, accepted)
+    accepted_at: dict[int, int] = field(default_factory=dict)  # draft position -> times kept
     idle_steps: int = 0  # steps since the last draft, for probing
     probe_every: int = TUNING.probe_every
     probing: bool = False
@@ -115,6 +117,10 @@ class SpecState:
             return
         self.drafted += drafted
         self.accepted += accepted
+        d, a = self.by_drafter.get(proposal.kind, (0, 0))
+        self.by_drafter[proposal.kind] = (d + drafted, a + accepted)
+        for position in range(1, accepted + 1):
+            self.accepted_at[position] = self.accepted_at.get(position, 0) + 1
         if proposal.kind == "ngram":
             self.ngram_drafted += drafted
             self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
@@ -176,12 +182,16 @@ class SpecPolicy:
             accept_draft=Acceptance(prior=TUNING.draft_prior, k_max=config.draft_max),
         )
 
-    def propose(self, slots: list[SlotView]) -> dict[int, Proposal]:
+    def propose(self, slots: list[SlotView], draft_rows: int | None = None) -> dict[int, Proposal]:
         """Proposals by sequence id: n-gram lookups at once, the draft model's jobs in one
-        batch per draft position."""
+        batch per draft position. ``draft_rows``: the rows the target batch has left for
+        drafts once every generating slot's pending token is in (plain slots' too);
+        each slot drafts at most its share."""
         proposals: dict[int, Proposal] = {}
         jobs: list[DraftJob] = []
-        share = self.batch_capacity // max(1, len(slots)) - 1  # each slot's pending token + drafts
+        if draft_rows is None:
+            draft_rows = self.batch_capacity - len(slots)
+        share = draft_rows // max(1, len(slots))
         for slot in slots:
             spec = slot.state
             room = min(spec.config.draft_max, share, slot.room)

@@ -1,0 +1,184 @@
+"""``localspec serve``: an OpenAI-compatible server on the engine's KV slots."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Optional
+
+import typer
+
+from localspec.cli._common import (
+    MODEL_HELP,
+    CtxSize,
+    Draft,
+    DraftGpuLayers,
+    DraftMax,
+    DraftMin,
+    DraftPMin,
+    FrequencyPenalty,
+    GpuLayers,
+    KvType,
+    MaxTokens,
+    MinP,
+    NgramMax,
+    NgramMin,
+    Offline,
+    PresencePenalty,
+    RepeatPenalty,
+    Seed,
+    Slots,
+    Spec,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+    Verbose,
+    settings_from_context,
+    user_errors,
+)
+from localspec.cli.completion import complete_model
+from localspec.defaults import DEFAULTS as D
+from localspec.outputs import terminal
+
+HELP = "Serve a model over an OpenAI-compatible HTTP API (chat and completions, streaming)."
+EPILOG = (
+    "Examples:  localspec serve model.gguf  ·  localspec serve qwen2.5-coder-1.5b --slots 4 --port 8000  ·  "
+    "LOCALSPEC_API_KEY=secret localspec serve model.gguf --host 0.0.0.0"
+)
+DEFAULT_SLOTS = 4  # when neither a flag, a variable nor a profile sets --slots
+
+
+@user_errors
+def serve(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " Default: the default profile, else the embedded SmolLM2-135M.",
+                                          autocompletion=complete_model),
+    host: str = typer.Option("127.0.0.1", "--host", envvar="LOCALSPEC_HOST", help="Address to listen on."),
+    port: int = typer.Option(8080, "--port", envvar="LOCALSPEC_PORT", min=0, max=65535, help="Port to listen on."),
+    api_key: Optional[str] = typer.Option(
+        None, "--api-key", envvar="LOCALSPEC_API_KEY",
+        help="Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health."),
+    alias: Optional[str] = typer.Option(None, "--alias", help="The model's name in the API. Default: the profile or file name."),
+    max_queue: int = typer.Option(64, "--max-queue", min=0, help="Requests that may wait for a slot; past that, 429."),
+    cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow browser pages from ORIGIN (repeatable). Default: none."),
+    slots: Slots = DEFAULT_SLOTS,
+    ctx_size: CtxSize = D["ctx_size"],
+    draft: Draft = D["draft"],
+    spec: Spec = D["spec"],
+    draft_max: DraftMax = D["draft_max"],
+    draft_min: DraftMin = D["draft_min"],
+    draft_p_min: DraftPMin = D["draft_p_min"],
+    ngram_min: NgramMin = D["ngram_min"],
+    ngram_max: NgramMax = D["ngram_max"],
+    max_tokens: MaxTokens = D["max_tokens"],
+    temperature: Temperature = D["temperature"],
+    top_k: TopK = D["top_k"],
+    top_p: TopP = D["top_p"],
+    min_p: MinP = D["min_p"],
+    repeat_penalty: RepeatPenalty = D["repeat_penalty"],
+    presence_penalty: PresencePenalty = D["presence_penalty"],
+    frequency_penalty: FrequencyPenalty = D["frequency_penalty"],
+    seed: Seed = D["seed"],
+    threads: Threads = D["threads"],
+    kv_type: KvType = D["kv_type"],
+    gpu_layers: GpuLayers = D["gpu_layers"],
+    draft_gpu_layers: DraftGpuLayers = D["draft_gpu_layers"],
+    verbose: Verbose = False,
+    offline: Offline = False,
+) -> None:
+    import uvicorn
+
+    from localspec.cli._models import quiet_hub_logs
+    from localspec.server import auth
+    from localspec.server.app import ServerConfig, ServerState, create_app
+    from localspec.settings import updated
+
+    s = settings_from_context(ctx, model)
+    if s.sources.get("slots") == "default":
+        s = updated(s, {"slots": DEFAULT_SLOTS}, "default")
+    quiet_hub_logs(verbose)
+    names = _names(s.profile, s.model)
+    config = ServerConfig(
+        host=host, port=port, api_key=api_key or None, alias=alias or names[0],
+        names=names, max_queue=max_queue, cors_origins=tuple(cors_origin), sampling=s.sampling(),
+        max_tokens=s.max_tokens,
+    )
+    if not auth.is_loopback(host) and not api_key:
+        terminal.note(f"warning: listening on {host} without --api-key: anyone who can reach this port can use it")
+    state = ServerState()
+    app = create_app(config, state)
+    server = _server(uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning",
+                                    access_log=verbose, timeout_graceful_shutdown=3, lifespan="off"), state)
+    loader = threading.Thread(target=_load, args=(s, offline, verbose, state, server, config), daemon=True)
+    loader.start()
+    # uvicorn handles SIGINT and SIGTERM while it runs, then raises them again for the
+    # handlers it found: these make a shutdown it already carried out exit 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+    try:
+        server.run()
+    finally:
+        state.cancel_all()
+        engine = state.engine
+        if engine is not None:
+            engine.close()
+    if state.error:
+        raise typer.Exit(1)
+    if not server.started:  # the port could not be bound (uvicorn said why)
+        raise typer.Exit(1)
+
+
+def _names(profile: str | None, model: str | None) -> tuple[str, ...]:
+    """What a request may call the model, the first shown: the profile, a Hub name as
+    given, or the file's name without .gguf (and with it)."""
+    from localspec.resolve.local import embedded_model
+    from localspec.resolve.names import looks_like_hub
+
+    names = [profile] if profile else []
+    if model and looks_like_hub(model):
+        names.append(model)
+    else:
+        path = model or str(embedded_model() or "localspec")
+        base = os.path.basename(path.rstrip("/"))
+        names += [base.removesuffix(".gguf"), base, *([model] if model else [])]
+    return tuple(dict.fromkeys(names))
+
+
+def _load(s, offline: bool, verbose: bool, state, server, config) -> None:
+    """Load the model behind a listening server; say one line when both are ready."""
+    from localspec.engine import backend
+    from localspec.loader import open_engine
+
+    backend.set_verbose(verbose)
+    try:
+        state.engine = engine = open_engine(s, offline=offline, note=terminal.note,
+                                            detail=terminal.note if verbose else lambda _: None)
+    except Exception as exc:  # one sentence, and the server stops
+        message = getattr(exc, "message", None) or f"internal error: {exc!r}"
+        state.error = message
+        terminal.error(message)
+        server.should_exit = True
+        return
+    while not server.started and not server.should_exit:
+        time.sleep(0.02)
+    if server.started:
+        shown = f"[{config.host}]" if ":" in config.host else config.host
+        terminal.note(f"localspec serve: ready at http://{shown}:{config.port}/v1 · model {config.alias} "
+                      f"({engine.model.path.name}) · {engine.plan.slots} slots x {engine.n_ctx} tokens · "
+                      f"speculation {engine.spec.mode}")
+
+
+def _server(config, state):
+    """uvicorn's server, ending every running request at SIGINT/SIGTERM before it stops
+    accepting and drains (so that a stream ends at once, with its finish_reason)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            state.cancel_all()
+            super().handle_exit(sig, frame)
+
+    return Server(config)

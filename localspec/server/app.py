@@ -1,0 +1,369 @@
+"""The HTTP routes of ``localspec serve``: thin handlers over one Engine.
+
+The server listens at once and the model loads behind it (``/health`` answers 503 until
+it is ready, as llama-server's does). Every request is checked before it reaches the
+engine (the Host header on a loopback address, the API key, the body size, the JSON,
+each field), and every failure is an OpenAI-shaped error body with a 4xx status; only
+a bug in localspec is a 500. A client that goes away cancels its request, which frees
+its slot at the engine's next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request as HTTPRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from localspec.errors import EngineClosed, LocalspecError, PromptTooLong
+from localspec.server import auth, openai
+from localspec.server.metrics import Metrics
+from localspec.server.openai import APIError
+from localspec.types import FinishReason, Request, Result, SamplingParams, SpecConfig
+
+BODY_LIMIT = 8 << 20  # bytes: a long code file in a prompt fits many times over
+DISCONNECT_POLL_S = 0.2  # how often a non-streaming request looks for its client
+ROUTES = ("/health", "/v1/models", "/slots", "/metrics", "/v1/chat/completions", "/v1/completions",
+          "/chat/completions", "/completions")
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: str | None = None
+    alias: str | None = None  # the model's name in /v1/models and in "model" fields
+    names: tuple[str, ...] = ()  # other names a request may use for the model
+    max_queue: int = 64
+    cors_origins: tuple[str, ...] = ()
+    body_limit: int = BODY_LIMIT
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # from flags, profile
+    max_tokens: int | None = None
+
+
+class ServerState:
+    """The engine once loaded, and the requests under way (for 429 and shutdown)."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+        self.error: str | None = None
+        self.closing = False
+        self.outstanding = 0
+        self._streams: set[Any] = set()
+        self._lock = threading.Lock()
+
+    def admit(self, limit: int) -> None:
+        with self._lock:
+            if self.outstanding >= limit:
+                raise APIError(429, "The server is busy: every slot is taken and the queue is full; retry shortly.",
+                               headers={"Retry-After": "1"})
+            self.outstanding += 1
+
+    def track(self, stream: Any) -> None:
+        with self._lock:
+            self._streams.add(stream)
+
+    def done(self, stream: Any | None) -> None:
+        with self._lock:
+            self.outstanding -= 1
+            self._streams.discard(stream)
+
+    def cancel_all(self) -> None:
+        """Shutting down: every running request ends now, with what it has."""
+        self.closing = True
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.cancel()
+
+
+def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
+    app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = Metrics()
+    model_name = config.alias or "model"
+
+    # ------------------------------------------------------------ errors
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: HTTPRequest, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: HTTPRequest, exc: StarletteHTTPException) -> JSONResponse:
+        message = "Unknown route." if exc.status_code == 404 else str(exc.detail)
+        return JSONResponse(APIError(exc.status_code, message).body(), status_code=exc.status_code)
+
+    @app.exception_handler(LocalspecError)
+    async def _user_error(_: HTTPRequest, exc: LocalspecError) -> JSONResponse:
+        status = exc.http_status if 400 <= exc.http_status < 500 else 400
+        return JSONResponse(APIError(status, exc.message).body(), status_code=status)
+
+    @app.exception_handler(Exception)
+    async def _bug(_: HTTPRequest, exc: Exception) -> JSONResponse:
+        return JSONResponse(APIError(500, f"Internal error: {exc!r}.").body(), status_code=500)
+
+    # ------------------------------------------------------------ plain routes
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if state.error:
+            return JSONResponse(APIError(503, state.error).body(), status_code=503)
+        if state.engine is None:
+            return JSONResponse(APIError(503, "Loading model").body(), status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(model_name)]}
+
+    @app.get("/v1/models/{name:path}")
+    async def one_model(name: str) -> dict[str, Any]:
+        _check_model(name)
+        return _model_card(model_name)
+
+    @app.get("/slots")
+    async def slots() -> list[dict[str, Any]]:
+        engine = _engine()
+        return [{"id": s.seq, "state": s.state, "cached_tokens": s.cached_tokens, "speculative": s.spec,
+                 "acceptance_rate": round(s.acceptance, 4) if s.acceptance is not None else None}
+                for s in engine.slot_states()]
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        if state.engine is not None:
+            metrics.slots_busy.set(sum(s.state != "idle" for s in state.engine.slot_states()))
+            metrics.queue_depth.set(max(0, state.outstanding - len(state.engine.slot_states())))
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # ------------------------------------------------------------ generation
+
+    @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
+    async def chat(http: HTTPRequest) -> Response:
+        body = openai.parse(openai.ChatRequest, await _read_json(http))
+        engine = _ready(body)
+        request = openai.chat_request(body, config.sampling, engine.spec, engine.model.n_vocab, config.max_tokens)
+        return await _generate(http, engine, request, body, chat=True)
+
+    @app.post("/v1/completions")
+    @app.post("/completions")
+    async def completions(http: HTTPRequest) -> Response:
+        body = openai.parse(openai.CompletionRequest, await _read_json(http))
+        engine = _ready(body)
+        request = openai.completion_request(body, config.sampling, engine.spec, engine.model.n_vocab,
+                                            config.max_tokens or 16)
+        return await _generate(http, engine, request, body, chat=False)
+
+    async def _generate(http: HTTPRequest, engine: Any, request: Request, body: Any, *, chat: bool) -> Response:
+        if body.n not in (None, 1):
+            raise APIError(400, "Invalid 'n': only 1 choice per request is supported yet.", "n")
+        if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
+            raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
+                                f"({engine.n_ctx} tokens per slot).", "max_tokens")
+        state.admit(len(engine.slot_states()) + config.max_queue)
+        stream = None
+        try:
+            try:
+                stream = await asyncio.to_thread(engine.submit, request)
+            except PromptTooLong as exc:
+                raise APIError(400, exc.message, "messages" if chat else "prompt") from None
+            except EngineClosed:
+                raise APIError(503, "The server is shutting down.") from None
+            except LocalspecError as exc:
+                raise APIError(400, exc.message) from None
+            state.track(stream)
+        except BaseException:
+            state.done(stream)
+            raise
+        rid = openai.new_id("chatcmpl" if chat else "cmpl")
+        formatter = openai.LogprobFormatter(engine.model.token_to_piece)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            events = _chat_events if chat else _completion_events
+            return StreamingResponse(_sse(events(rid, stream, formatter, include_usage, request), stream),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        try:
+            return JSONResponse(await _collect(http, rid, stream, formatter, request, chat))
+        finally:
+            _finished(stream)
+
+    def _finished(stream: Any) -> None:
+        state.done(stream)
+        if stream.result is not None:
+            metrics.finished(stream.result)
+
+    async def _collect(http: HTTPRequest, rid: str, stream: Any, formatter: openai.LogprobFormatter,
+                       request: Request, chat: bool) -> dict[str, Any]:
+        """Run a non-streaming request to its end, cancelling it if the client leaves."""
+        events: list[Any] = []
+
+        async def consume() -> None:
+            async for event in stream:
+                events.append(event)
+
+        task = asyncio.ensure_future(consume())
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if not task.done() and await http.is_disconnected():
+                    stream.cancel()
+            await task
+        finally:
+            if not task.done():
+                stream.cancel()
+                task.cancel()
+        result: Result = stream.result
+        if result.finish_reason is FinishReason.ERROR:
+            raise APIError(500, result.error or "Generation failed.")
+        tokens = [e for e in events if e.token_id >= 0]
+        if chat:
+            logprobs = [formatter.chat_entry(e) for e in tokens] if request.logprobs else None
+            return openai.chat_response(rid, model_name, result, logprobs)
+        logprobs = openai.completion_logprobs([formatter.completion_entry(e) for e in tokens]) \
+            if request.logprobs else None
+        return openai.completion_response(rid, model_name, result, result.text, logprobs)
+
+    async def _sse(chunks: AsyncIterator[dict[str, Any]], stream: Any) -> AsyncIterator[bytes]:
+        """Server-sent events; a client gone (the task cancelled) cancels the request."""
+        try:
+            async for chunk in chunks:
+                yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            if stream.result is None:
+                stream.cancel()
+            _finished(stream)
+
+    async def _chat_events(rid: str, stream: Any, formatter: openai.LogprobFormatter, include_usage: bool,
+                           request: Request) -> AsyncIterator[dict[str, Any]]:
+        created = int(time.time())
+        yield openai.chat_chunk(rid, model_name, created, {"role": "assistant", "content": ""})
+        async for event in stream:
+            logprobs = [formatter.chat_entry(event)] if request.logprobs and event.token_id >= 0 else None
+            if event.text or logprobs:
+                yield openai.chat_chunk(rid, model_name, created, {"content": event.text}, logprobs=logprobs)
+        result: Result = stream.result
+        if result.finish_reason is FinishReason.ERROR:
+            yield APIError(500, result.error or "Generation failed.").body()
+            return
+        yield openai.chat_chunk(rid, model_name, created, {}, openai.finish_reason(result.finish_reason))
+        if include_usage:
+            yield openai.usage_chunk(rid, model_name, created, "chat.completion.chunk", result)
+
+    async def _completion_events(rid: str, stream: Any, formatter: openai.LogprobFormatter, include_usage: bool,
+                                 request: Request) -> AsyncIterator[dict[str, Any]]:
+        created = int(time.time())
+        offset = 0
+        async for event in stream:
+            logprobs = None
+            if request.logprobs and event.token_id >= 0:
+                logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offset)
+            if event.text or logprobs:
+                yield openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs)
+            offset += len(event.text)
+        result: Result = stream.result
+        if result.finish_reason is FinishReason.ERROR:
+            yield APIError(500, result.error or "Generation failed.").body()
+            return
+        yield openai.completion_chunk(rid, model_name, created, "", openai.finish_reason(result.finish_reason))
+        if include_usage:
+            yield openai.usage_chunk(rid, model_name, created, "text_completion", result)
+
+    # ------------------------------------------------------------ helpers
+
+    def _engine() -> Any:
+        if state.closing:
+            raise APIError(503, "The server is shutting down.")
+        if state.engine is None:
+            raise APIError(503, state.error or "Loading model")
+        return state.engine
+
+    def _check_model(name: str | None) -> None:
+        if name and name not in (model_name, *config.names):
+            raise APIError(404, f"The model '{name}' does not exist; this server serves '{model_name}'.",
+                           "model", "model_not_found")
+
+    def _ready(body: Any) -> Any:
+        _check_model(body.model)
+        return _engine()
+
+    async def _read_json(http: HTTPRequest) -> Any:
+        length = http.headers.get("content-length")
+        if length and length.isdigit() and int(length) > config.body_limit:
+            raise APIError(413, f"The request body is over {config.body_limit} bytes.")
+        chunks, total = [], 0
+        async for chunk in http.stream():
+            total += len(chunk)
+            if total > config.body_limit:
+                raise APIError(413, f"The request body is over {config.body_limit} bytes.")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks), parse_constant=_no_constant)
+        except (ValueError, UnicodeDecodeError):
+            raise APIError(400, "The request body is not valid JSON.") from None
+
+    app.add_middleware(Guard, config=config, metrics=metrics)
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", "x-api-key"])
+    return app
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "localspec"}
+
+
+class Guard:
+    """Checks before any route (plain ASGI, so streams and disconnects pass untouched):
+    the Host header when bound to loopback (403), the API key on every route but
+    /health (401); and the count of requests by route and status."""
+
+    def __init__(self, app: Callable, config: ServerConfig, metrics: Metrics) -> None:
+        self.app, self.config, self.metrics = app, config, metrics
+        self.check_host = auth.is_loopback(config.host)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path = scope["path"]
+        status = [500]
+
+        async def record(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            error = self._refuse(path, headers)
+            if error is not None:
+                await JSONResponse(error.body(), status_code=error.status)(scope, receive, record)
+            else:
+                await self.app(scope, receive, record)
+        finally:
+            route = path if path in ROUTES or path.startswith("/v1/models/") else "other"
+            self.metrics.requests.labels("/v1/models" if path.startswith("/v1/models/") else route,
+                                         str(status[0])).inc()
+
+    def _refuse(self, path: str, headers: dict[str, str]) -> APIError | None:
+        if self.check_host and not auth.host_allowed(headers.get("host")):
+            return APIError(403, "The Host header must name this machine (localhost, 127.0.0.1 or [::1]).")
+        key = self.config.api_key
+        if key and path != "/health" and not auth.key_matches(key, headers.get("authorization"), headers.get("x-api-key")):
+            return APIError(401, "A valid API key is required: send 'Authorization: Bearer KEY'.",
+                            code="invalid_api_key")
+        return None

@@ -1,0 +1,372 @@
+"""The OpenAI API's shapes, as pure converters: request JSON -> an engine Request,
+engine events and results -> response JSON and stream chunks. No FastAPI here.
+
+Fields follow OpenAI's API and what llama-server accepts (``top_k``, ``min_p``,
+``repeat_penalty``); unknown fields are ignored, as OpenAI-compatible servers do.
+Fields of features not built yet (tools, response_format) are refused with a 400 that
+says so, never silently dropped. Every validation failure is an ``APIError`` naming the
+field, with the message OpenAI's clients show.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from localspec.errors import InvalidRequest
+from localspec.types import FinishReason, Message, Request, Result, SamplingParams, SpecConfig, TokenEvent
+
+Number = Union[StrictInt, StrictFloat]
+MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
+MAX_STOP_LEN = 1024
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {message, type, param, code}}``."""
+
+    TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+             404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
+             429: "rate_limit_error", 500: "server_error", 503: "unavailable_error"}
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.TYPES.get(self.status, "invalid_request_error"),
+                          "param": self.param, "code": self.code}}
+
+
+# ------------------------------------------------------------------ requests
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Union[StrictStr, list[TextPart], None] = None
+    name: Optional[StrictStr] = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class Speculative(_Body):
+    """The ``speculative`` extension: this request's speculation (engine.SpecConfig)."""
+
+    mode: Optional[Literal["auto", "ngram", "draft", "off"]] = None
+    draft_max: Optional[StrictInt] = None
+    draft_min: Optional[StrictInt] = None
+    draft_p_min: Optional[Number] = None
+    ngram_min: Optional[StrictInt] = None
+    ngram_max: Optional[StrictInt] = None
+
+
+class StreamOptions(_Body):
+    include_usage: StrictBool = False
+
+
+class _Common(_Body):
+    model: Optional[StrictStr] = None
+    max_tokens: Optional[StrictInt] = None
+    temperature: Optional[Annotated[Number, Field(ge=0, le=2)]] = None
+    top_p: Optional[Annotated[Number, Field(gt=0, le=1)]] = None
+    top_k: Optional[Annotated[StrictInt, Field(ge=0)]] = None
+    min_p: Optional[Annotated[Number, Field(ge=0, le=1)]] = None
+    seed: Optional[StrictInt] = None
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    presence_penalty: Optional[Annotated[Number, Field(ge=-2, le=2)]] = None
+    frequency_penalty: Optional[Annotated[Number, Field(ge=-2, le=2)]] = None
+    repeat_penalty: Optional[Annotated[Number, Field(gt=0)]] = None
+    logit_bias: Optional[dict[StrictStr, Number]] = None
+    n: Optional[StrictInt] = None
+    user: Optional[StrictStr] = None
+    stream: StrictBool = False
+    stream_options: Optional[StreamOptions] = None
+    speculative: Optional[Speculative] = None
+
+
+class ChatRequest(_Common):
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_completion_tokens: Optional[StrictInt] = None
+    logprobs: StrictBool = False
+    top_logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=20)]] = None
+
+
+class CompletionRequest(_Common):
+    prompt: Union[StrictStr, list[StrictStr], list[StrictInt]]
+    logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=5)]] = None
+    echo: StrictBool = False
+
+
+# Fields of features that later work adds: refused until they work, never dropped.
+UNSUPPORTED = {
+    "tools": "tool calling", "tool_choice": "tool calling", "functions": "tool calling",
+    "function_call": "tool calling", "response_format": "structured output (response_format)",
+    "parallel_tool_calls": "tool calling",
+}
+REFUSED = ("chat_template", "chat_template_kwargs")  # a request must not run its own template
+
+
+def parse(kind: type[_Body], body: Any) -> Any:
+    """Validate a decoded JSON body into ``kind``, or raise a 400 naming the field."""
+    if not isinstance(body, dict):
+        raise APIError(400, "The request body must be a JSON object.")
+    for key in REFUSED:
+        if key in body:
+            raise APIError(400, f"'{key}' is not accepted: the server renders the model's own chat template.", key)
+    for key, feature in UNSUPPORTED.items():
+        if body.get(key) not in (None, [], {}):
+            raise APIError(400, f"'{key}' is not supported yet: this server does not do {feature}.", key)
+    try:
+        return kind.model_validate(body)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = _param(err["loc"])
+        raise APIError(400, f"Invalid '{param}': {_say(err)}.", param) from None
+
+
+def _param(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part) in ("str", "int", "float", "bool", "none") or str(part).startswith(
+                ("literal[", "list[", "dict[", "function-", "constrained-", "union[", "nullable[")):
+            continue  # a union member's name, not a field
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "body"
+
+
+def _say(err: dict) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    if kind == "missing":
+        return "this field is required"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')} (got {shown})"
+    bounds = {"greater_than_equal": "at least", "greater_than": "greater than",
+              "less_than_equal": "at most", "less_than": "less than"}
+    if kind in bounds:
+        bound = next(iter(ctx.values()), "?")
+        return f"must be {bounds[kind]} {bound} (got {shown})"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind in ("int_type", "int_parsing"):
+        return f"must be an integer (got {shown})"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number (got {shown})"
+    if kind in ("string_type", "str_type"):
+        return f"must be a string (got {shown})"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false (got {shown})"
+    if kind in ("list_type",):
+        return f"must be an array (got {shown})"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be an object (got {shown})"
+    return f"{err['msg'][0].lower()}{err['msg'][1:]} (got {shown})"
+
+
+def _stop(value: str | list[str] | None) -> list[str]:
+    stops = [value] if isinstance(value, str) else list(value or [])
+    if len(stops) > MAX_STOP or any(len(s) > MAX_STOP_LEN for s in stops):
+        raise APIError(400, f"Invalid 'stop': at most {MAX_STOP} strings of up to {MAX_STOP_LEN} characters.", "stop")
+    return [s for s in stops if s]
+
+
+def _logit_bias(value: dict[str, float] | None, n_vocab: int) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for key, bias in (value or {}).items():
+        if not key.lstrip("-").isdigit() or not 0 <= int(key) < n_vocab:
+            raise APIError(400, f"Invalid 'logit_bias': {key!r} is not a token id of this model (0 to {n_vocab - 1}).",
+                           "logit_bias")
+        if not -100 <= bias <= 100:
+            raise APIError(400, f"Invalid 'logit_bias': the bias of token {key} must be from -100 to 100 "
+                                f"(got {bias}).", "logit_bias")
+        out[int(key)] = float(bias)
+    return out
+
+
+def _spec(value: Speculative | None, default: SpecConfig) -> SpecConfig | None:
+    if value is None:
+        return None
+    given = value.model_dump(exclude_none=True)
+    try:
+        return SpecConfig(**{**default.__dict__, **given})
+    except InvalidRequest as exc:
+        raise APIError(400, f"Invalid 'speculative': {exc.message}", "speculative") from None
+
+
+def sampling(body: _Common, defaults: SamplingParams, n_vocab: int) -> SamplingParams:
+    """The request's sampling over the server's defaults (flags, profile)."""
+    pick = lambda name: getattr(body, name) if getattr(body, name) is not None else getattr(defaults, name)  # noqa: E731
+    return SamplingParams(
+        temperature=float(pick("temperature")), top_k=pick("top_k"), top_p=float(pick("top_p")),
+        min_p=float(pick("min_p")), repeat_penalty=float(pick("repeat_penalty")),
+        presence_penalty=float(pick("presence_penalty")), frequency_penalty=float(pick("frequency_penalty")),
+        seed=pick("seed"), logit_bias=_logit_bias(body.logit_bias, n_vocab),
+    )
+
+
+def max_tokens(value: int | None, default: int | None, param: str) -> int | None:
+    if value is None:
+        return default
+    if value < 1:
+        raise APIError(400, f"Invalid '{param}': must be at least 1 (got {value}).", param)
+    return value
+
+
+def chat_request(body: ChatRequest, defaults: SamplingParams, spec: SpecConfig, n_vocab: int,
+                 default_max: int | None = None) -> Request:
+    limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    messages = [Message("system" if m.role == "developer" else m.role, m.text()) for m in body.messages]
+    return Request(
+        messages=messages, sampling=sampling(body, defaults, n_vocab), max_tokens=max_tokens(limit, default_max, param),
+        stop=_stop(body.stop), logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0 if body.logprobs else 0,
+        spec=_spec(body.speculative, spec),
+    )
+
+
+def completion_request(body: CompletionRequest, defaults: SamplingParams, spec: SpecConfig, n_vocab: int,
+                       default_max: int | None = 16) -> Request:
+    prompt = body.prompt
+    text: str | None = None
+    tokens: list[int] | None = None
+    if isinstance(prompt, str):
+        text = prompt
+    elif prompt and all(isinstance(p, str) for p in prompt):
+        if len(prompt) != 1:
+            raise APIError(400, "Invalid 'prompt': give one prompt per request.", "prompt")
+        text = prompt[0]
+    elif prompt:
+        if any(not 0 <= t < n_vocab for t in prompt):
+            raise APIError(400, f"Invalid 'prompt': token ids must be from 0 to {n_vocab - 1}.", "prompt")
+        tokens = list(prompt)
+    if not tokens and not (text and text.strip()):
+        raise APIError(400, "Invalid 'prompt': the prompt is empty.", "prompt")
+    return Request(
+        prompt=text, prompt_tokens=tokens, sampling=sampling(body, defaults, n_vocab),
+        max_tokens=max_tokens(body.max_tokens, default_max, "max_tokens"), stop=_stop(body.stop),
+        logprobs=body.logprobs is not None, top_logprobs=body.logprobs or 0, spec=_spec(body.speculative, spec),
+    )
+
+
+# ------------------------------------------------------------------ responses
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def finish_reason(reason: FinishReason) -> str:
+    """OpenAI's names: a stop string or the model's end is "stop"; a cancelled request
+    (the server shutting down) ends as "stop" too, with what it had."""
+    return "length" if reason is FinishReason.LENGTH else "stop"
+
+
+def usage(result: Result) -> dict[str, Any]:
+    u = result.usage
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+def extensions(result: Result) -> dict[str, Any]:
+    """localspec's additions: what speculation did, and llama-server-style timings."""
+    spec, t, u = result.spec, result.timings, result.usage
+    prompt_n = u.prompt_tokens - u.cached_tokens
+    return {
+        "speculative": {
+            "mode": spec.mode if spec else "off", "drafted": spec.drafted if spec else 0,
+            "accepted": spec.accepted if spec else 0,
+            "acceptance_rate": round(spec.acceptance_rate, 4) if spec else 0.0,
+        },
+        "timings": {
+            "prompt_n": prompt_n, "prompt_ms": round(t.prompt_s * 1e3, 3),
+            "prompt_per_second": round(prompt_n / t.prompt_s, 3) if t.prompt_s > 0 else 0.0,
+            "predicted_n": u.completion_tokens, "predicted_ms": round(t.decode_s * 1e3, 3),
+            "predicted_per_second": round(t.decode_tokens_per_s, 3),
+        },
+    }
+
+
+class LogprobFormatter:
+    """Token ids -> the logprob entries each API shows (text of each token, its bytes)."""
+
+    def __init__(self, piece) -> None:
+        self._piece = piece  # token id -> bytes
+
+    def chat_entry(self, event: TokenEvent) -> dict[str, Any]:
+        raw = self._piece(event.token_id)
+        return {"token": raw.decode("utf-8", "replace"), "logprob": event.logprob, "bytes": list(raw),
+                "top_logprobs": [{"token": self._piece(t).decode("utf-8", "replace"), "logprob": lp,
+                                  "bytes": list(self._piece(t))} for t, lp in event.top_logprobs]}
+
+    def completion_entry(self, event: TokenEvent) -> tuple[str, float | None, dict[str, float]]:
+        text = self._piece(event.token_id).decode("utf-8", "replace")
+        tops = {self._piece(t).decode("utf-8", "replace"): lp for t, lp in event.top_logprobs}
+        return text, event.logprob, tops
+
+
+def chat_response(rid: str, model: str, result: Result, logprobs: list[dict] | None) -> dict[str, Any]:
+    return {
+        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
+                     "logprobs": {"content": logprobs} if logprobs is not None else None,
+                     "finish_reason": finish_reason(result.finish_reason)}],
+        "usage": usage(result), **extensions(result),
+    }
+
+
+def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], finish: str | None = None,
+               logprobs: list[dict] | None = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if logprobs is not None:
+        choice["logprobs"] = {"content": logprobs}
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+
+
+def completion_logprobs(entries: list[tuple[str, float | None, dict[str, float]]], start: int = 0) -> dict[str, Any]:
+    offsets, at = [], start
+    for text, _, _ in entries:
+        offsets.append(at)
+        at += len(text)
+    return {"tokens": [e[0] for e in entries], "token_logprobs": [e[1] for e in entries],
+            "top_logprobs": [e[2] for e in entries], "text_offset": offsets}
+
+
+def completion_response(rid: str, model: str, result: Result, text: str, logprobs: dict | None) -> dict[str, Any]:
+    return {
+        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+                     "finish_reason": finish_reason(result.finish_reason)}],
+        "usage": usage(result), **extensions(result),
+    }
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
+                     logprobs: dict | None = None) -> dict[str, Any]:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str, result: Result) -> dict[str, Any]:
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+            "usage": usage(result), **extensions(result)}

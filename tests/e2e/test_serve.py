@@ -1,0 +1,287 @@
+"""``localspec serve`` as a real subprocess on a loopback port, driven with the official
+``openai`` SDK and raw HTTP (tiny f32 models)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+CLI = [sys.executable, "-m", "localspec"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            CLI + ["serve", str(model), "--port", str(self.port), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "LOCALSPEC_NO_COST_CACHE": "1", **(env or {})},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("the server did not become ready")
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+                timeout: float = 60) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+            resp = conn.getresponse()
+            data = resp.read()
+            try:
+                return resp.status, json.loads(data)
+            except ValueError:
+                return resp.status, {"raw": data.decode("utf-8", "replace")}
+        finally:
+            conn.close()
+
+    def get(self, path: str, **kw) -> tuple[int, dict]:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, obj, **kw) -> tuple[int, dict]:
+        body = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        return self.request("POST", path, body, **kw)
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0, timeout=60, **kw)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path) -> Iterator[Server]:
+    srv = Server(tiny_model, "--slots", "4", "--ctx-size", "256", "--alias", "tiny")
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+GREEDY = {"temperature": 0}
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+def test_chat_non_streaming_and_streaming_agree(server: Server):
+    c = server.client()
+    full = c.chat.completions.create(model="tiny", messages=MSG, max_tokens=24, **GREEDY)
+    assert full.object == "chat.completion" and full.choices[0].message.role == "assistant"
+    assert full.choices[0].finish_reason == "length" and full.usage.completion_tokens == 24
+    chunks = list(c.chat.completions.create(model="tiny", messages=MSG, max_tokens=24, stream=True,
+                                            stream_options={"include_usage": True}, **GREEDY))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == full.choices[0].message.content and text
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 24
+
+
+def test_completions_stop_and_logprobs(server: Server):
+    c = server.client()
+    full = c.completions.create(model="tiny", prompt="abc abc", max_tokens=30, **GREEDY)
+    text = full.choices[0].text
+    assert full.choices[0].finish_reason == "length" and len(text) > 6
+    stop = text[4:7]
+    cut = c.completions.create(model="tiny", prompt="abc abc", max_tokens=30, stop=[stop], **GREEDY)
+    assert cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
+    lp = c.completions.create(model="tiny", prompt="abc abc", max_tokens=5, logprobs=2, **GREEDY)
+    assert len(lp.choices[0].logprobs.token_logprobs) == 5 and all(x <= 0 for x in lp.choices[0].logprobs.token_logprobs)
+    got = lp.choices[0].logprobs
+    # {text: logprob}: two ids may share a text (byte pieces of one character), so 1 or 2
+    assert all(1 <= len(top) <= 2 and token in top for token, top in zip(got.tokens, got.top_logprobs))
+    chat = c.chat.completions.create(model="tiny", messages=MSG, max_tokens=4, logprobs=True, top_logprobs=3, **GREEDY)
+    entries = chat.choices[0].logprobs.content
+    assert len(entries) == 4 and all(len(e.top_logprobs) == 3 for e in entries)
+    assert entries[0].top_logprobs[0].logprob >= entries[0].top_logprobs[1].logprob
+
+
+def test_seeded_sampling_reproduces_and_models_are_listed(server: Server):
+    c = server.client()
+    a, b = (c.chat.completions.create(model="tiny", messages=MSG, max_tokens=16, temperature=0.9, seed=7)
+            for _ in range(2))
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert [m.id for m in c.models.list().data] == ["tiny"]
+
+
+def test_the_extensions_say_what_speculation_did(server: Server):
+    status, body = server.post("/v1/completions", {"prompt": "one two three one two three one two", "max_tokens": 20,
+                                                   "temperature": 0, "speculative": {"mode": "ngram", "draft_max": 4}})
+    assert status == 200
+    assert set(body["speculative"]) == {"mode", "drafted", "accepted", "acceptance_rate"}
+    assert body["timings"]["predicted_n"] == 20
+    status, slots = server.get("/slots")
+    assert status == 200 and len(slots) == 4 and {s["state"] for s in slots} == {"idle"}
+    status, metrics = server.get("/metrics")
+    assert status == 200 and "localspec_completion_tokens_total" in metrics["raw"]
+
+
+def test_eight_concurrent_greedy_requests_on_four_slots_equal_each_alone(server: Server):
+    c = server.client()
+    prompts = [f"request number {i} says" for i in range(8)]
+
+    def ask(p: str) -> str:
+        return c.completions.create(model="tiny", prompt=p, max_tokens=32, **GREEDY).choices[0].text
+
+    alone = [ask(p) for p in prompts]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, prompts))
+    assert together == alone
+
+
+def test_sdk_errors(server: Server):
+    c = server.client()
+    with pytest.raises(openai.BadRequestError) as bad:
+        c.chat.completions.create(model="tiny", messages=MSG, temperature=3)
+    assert bad.value.body["param"] == "temperature"
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="gpt-9", messages=MSG)
+    with pytest.raises(openai.BadRequestError, match="not supported yet"):
+        c.chat.completions.create(model="tiny", messages=MSG, tools=[{"type": "function", "function": {"name": "f"}}])
+
+
+BAD_BODIES = [
+    (b"{not json", None),
+    (b"[1, 2]", None),
+    ({"messages": None}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": 123, "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "   "}]}, None),
+    ({"messages": MSG, "temperature": -1}, "temperature"),
+    ({"messages": MSG, "temperature": "hot"}, "temperature"),
+    ({"messages": MSG, "top_p": 0}, "top_p"),
+    ({"messages": MSG, "top_p": 1.5}, "top_p"),
+    ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
+    ({"messages": MSG, "max_tokens": 10**9}, "max_tokens"),
+    ({"messages": MSG, "n": 0}, "n"),
+    ({"messages": MSG, "logit_bias": {"999999999": 1}}, "logit_bias"),
+    ({"messages": MSG, "logit_bias": {"5": 101}}, "logit_bias"),
+    ({"messages": MSG, "logit_bias": {"x": 1}}, "logit_bias"),
+    ({"messages": MSG, "stop": 7}, "stop"),
+    ({"messages": MSG, "seed": 1.5}, "seed"),
+    ({"messages": MSG, "stream": "yes"}, "stream"),
+    ({"messages": MSG, "chat_template": "{{ 1 }}"}, "chat_template"),
+    ({"messages": MSG, "top_logprobs": 50, "logprobs": True}, "top_logprobs"),
+    ({"messages": MSG, "speculative": {"mode": "fast"}}, "speculative.mode"),
+    ({"messages": MSG, "speculative": {"draft_max": 0}}, None),
+    ({"messages": [{"role": "user", "content": "word " * 400}]}, "messages"),
+]
+
+
+@pytest.mark.parametrize("body,param", BAD_BODIES, ids=range(len(BAD_BODIES)))
+def test_bad_input_is_a_4xx_with_an_error_body_and_the_server_goes_on(server: Server, body, param):
+    status, answer = server.post("/v1/chat/completions", body)
+    assert 400 <= status < 500, answer
+    assert set(answer["error"]) == {"message", "type", "param", "code"} and answer["error"]["message"]
+    if param is not None:
+        assert answer["error"]["param"] == param
+    status, ok = server.post("/v1/completions", {"prompt": "abc", "max_tokens": 2})
+    assert status == 200 and ok["usage"]["completion_tokens"] == 2
+
+
+def test_other_doors_refuse_in_shape(server: Server):
+    assert server.get("/nope")[0] == 404 and "error" in server.get("/nope")[1]
+    status, body = server.post("/v1/completions", {"prompt": "x" * 10, "max_tokens": 2, "pad": "y" * (9 << 20)})
+    assert status == 413 and body["error"]["type"] == "invalid_request_error"
+    status, body = server.get("/health", headers={"Host": "evil.example.com"})
+    assert status == 403 and "Host" in body["error"]["message"]
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:9"):
+        assert server.get("/health", headers={"Host": host})[0] == 200
+
+
+def test_a_disconnected_stream_frees_its_slot_within_a_second(server: Server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    body = json.dumps({"prompt": "abc", "max_tokens": 200, "stream": True, "temperature": 1, "seed": 1}).encode()
+    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.readline().startswith(b"data: ")
+    other = concurrent.futures.ThreadPoolExecutor(1).submit(
+        lambda: server.client().completions.create(model="tiny", prompt="xyz", max_tokens=40, **GREEDY))
+    conn.close()  # the client goes away mid-stream
+    gone = time.monotonic()
+    while any(s["state"] != "idle" for s in server.get("/slots")[1]) and time.monotonic() - gone < 5:
+        if other.done() and sum(s["state"] != "idle" for s in server.get("/slots")[1]) == 0:
+            break
+        time.sleep(0.05)
+    busy = [s for s in server.get("/slots")[1] if s["state"] != "idle"]
+    assert len(busy) <= (0 if other.done() else 1) and time.monotonic() - gone < 1.5
+    assert other.result(30).choices[0].finish_reason == "length"
+
+
+def test_an_api_key_guards_every_route_but_health(tiny_model: Path):
+    srv = Server(tiny_model, "--ctx-size", "128", "--slots", "1", env={"LOCALSPEC_API_KEY": "sekret"})
+    try:
+        srv.wait_ready()
+        with pytest.raises(openai.AuthenticationError):
+            srv.client(api_key="wrong").models.list()
+        assert srv.get("/v1/models")[0] == 401
+        assert srv.get("/v1/models", headers={"x-api-key": "sekret"})[0] == 200
+        assert [m.id for m in srv.client(api_key="sekret").models.list().data] == ["tiny"]
+    finally:
+        assert srv.stop() == 0
+
+
+def test_a_full_queue_answers_429_with_retry_after(tiny_model: Path):
+    srv = Server(tiny_model, "--ctx-size", "2048", "--slots", "1", "--max-queue", "0")
+    try:
+        srv.wait_ready()
+        long = concurrent.futures.ThreadPoolExecutor(1).submit(
+            srv.post, "/v1/completions", {"prompt": "abc", "max_tokens": 1500, "temperature": 1, "seed": 2})
+        deadline = time.monotonic() + 10
+        while srv.get("/slots")[1][0]["state"] == "idle" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(openai.RateLimitError):
+            srv.client().completions.create(model="tiny", prompt="x", max_tokens=2)
+        assert long.result(120)[0] == 200
+    finally:
+        srv.stop()
+
+
+def test_sigterm_while_streaming_ends_the_stream_and_exits_0(tiny_model: Path):
+    srv = Server(tiny_model, "--ctx-size", "4096", "--slots", "1")
+    srv.wait_ready()
+    stream = srv.client().chat.completions.create(model="tiny", messages=MSG, max_tokens=3000, temperature=1,
+                                                  seed=3, stream=True)
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    finishes = [ch.choices[0].finish_reason for ch in stream if ch.choices]
+    assert srv.proc.wait(timeout=10) == 0 and time.monotonic() - t0 < 5
+    assert finishes[-1] is not None
