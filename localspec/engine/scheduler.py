@@ -73,6 +73,7 @@ class _Slot:
     t_start: float = 0.0
     t_first: float = 0.0
     spec: SpecState | None = None  # None: this request runs plain
+    follows: _Slot | None = None  # another choice of the same prompt: its KV is copied from there
 
     @property
     def active(self) -> bool:
@@ -119,10 +120,12 @@ class Engine:
         self.policy = SpecPolicy(self.draft, costs_cache.load_cached(self._costs_key), self._batch.capacity)
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self.steps = 0  # engine steps (decodes) so far
-        self._inbox: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.prefilled = 0  # prompt tokens decoded so far (cached and copied prompts are not)
+        # each item: the jobs of one submit (n choices of one prompt), None to stop, or a wake-up
+        self._inbox: queue.SimpleQueue[list[_Job] | object | None] = queue.SimpleQueue()
         self._gate = threading.Condition()  # close() waits for submits under way
         self._submitting = 0
-        self._waiting: list[_Job] = []
+        self._waiting: list[list[_Job]] = []
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
         self._thread.start()
@@ -167,6 +170,14 @@ class Engine:
         return tokens, template
 
     def submit(self, request: Request) -> Stream:
+        return self.submit_n(request, 1)[0]
+
+    def submit_n(self, request: Request, n: int) -> list[Stream]:
+        """``n`` choices for one prompt, decoded together on ``n`` slots: the prompt is
+        prefilled once and its KV cache copied to the others (``llama_memory_seq_cp``).
+        With a seed, choice i samples with seed + i."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(self._slots):
+            raise InvalidRequest(f"n must be from 1 to the number of slots ({len(self._slots)}), not {n!r}.")
         with self._gate:
             if self._closed:
                 raise EngineClosed("The engine has been shut down.")
@@ -174,9 +185,13 @@ class Engine:
         try:
             tokens, template = self.prepare(request)
             spec = self.spec_for(request)
-            stream = Stream(self._wake, len(tokens), template)
-            self._inbox.put(_Job(request, tokens, stream, spec))
-            return stream
+            jobs = []
+            for i in range(n):
+                seed = request.sampling.seed
+                choice = request if i == 0 or seed is None else replace(request, sampling=replace(request.sampling, seed=seed + i))
+                jobs.append(_Job(choice, tokens, Stream(self._wake, len(tokens), template), spec))
+            self._inbox.put(jobs)
+            return [job.stream for job in jobs]
         finally:
             with self._gate:
                 self._submitting -= 1
@@ -292,10 +307,11 @@ class Engine:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, _Job):
+            if isinstance(item, list):
                 self._waiting.append(item)
-        for job in self._waiting:
-            job.stream._end(_empty_result(job, FinishReason.CANCELLED))
+        for jobs in self._waiting:
+            for job in jobs:
+                job.stream._end(_empty_result(job, FinishReason.CANCELLED))
         self._waiting.clear()
 
     def _receive(self, block: bool) -> bool:
@@ -305,7 +321,7 @@ class Engine:
             while True:
                 if item is None:
                     return False
-                if isinstance(item, _Job):
+                if isinstance(item, list):
                     self._waiting.append(item)
                 item = self._inbox.get_nowait()
         except queue.Empty:
@@ -315,27 +331,36 @@ class Engine:
         """Give waiting jobs free slots, preferring the slot whose cache shares the longest
         prefix with the prompt (its KV entries are reused, not recomputed). A job that
         fails to start ends with its error; the others go on."""
-        for job in [j for j in self._waiting if j.stream.cancelled]:
-            self._waiting.remove(job)
-            job.stream._end(_empty_result(job, FinishReason.CANCELLED))
+        for jobs in list(self._waiting):
+            if all(j.stream.cancelled for j in jobs):
+                self._waiting.remove(jobs)
+                for job in jobs:
+                    job.stream._end(_empty_result(job, FinishReason.CANCELLED))
         while self._waiting:
             free = [s for s in self._slots if not s.active]
-            if not free:
+            jobs = self._waiting[0]
+            if len(free) < len(jobs):  # first come, first served: the choices start together
                 return
-            job = self._waiting.pop(0)
-            slot = max(free, key=lambda s: _common_prefix(s.tokens, job.prompt))
-            try:
-                self._start(slot, job)
-            except Exception as exc:
-                job.stream._end(_empty_result(job, FinishReason.ERROR, _message(exc)))
-                slot.job = slot.spec = None
-                slot.tokens.clear()
-                self.ctx.seq_rm(slot.seq, -1, -1)
+            self._waiting.pop(0)
+            leader = max(free, key=lambda s: _common_prefix(s.tokens, jobs[0].prompt))
+            others = sorted((s for s in free if s is not leader), key=lambda s: len(s.tokens))
+            for slot, job in zip([leader, *others], jobs):
+                try:
+                    self._start(slot, job, follows=None if slot is leader else leader)
+                except Exception as exc:
+                    job.stream._end(_empty_result(job, FinishReason.ERROR, _message(exc)))
+                    slot.job = slot.spec = slot.follows = None
+                    slot.tokens.clear()
+                    self.ctx.seq_rm(slot.seq, -1, -1)
 
-    def _start(self, slot: _Slot, job: _Job) -> None:
+    def _start(self, slot: _Slot, job: _Job, follows: _Slot | None = None) -> None:
+        """Set the slot up for the job; a slot that ``follows`` another gets that slot's
+        prompt KV cache once it is prefilled (_fork) instead of prefilling its own."""
         if job.spec.mode != "off":
             self._calibrate(job.spec.draft_max)
         keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
+        if follows is not None:
+            keep = 0
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
         params = job.request.sampling
@@ -347,6 +372,7 @@ class Engine:
         slot.prefill_at = keep
         slot.pending = None
         slot.generated = 0
+        slot.follows = follows
         slot.t_start = time.perf_counter()
 
     def _step(self) -> None:
@@ -358,8 +384,7 @@ class Engine:
         generating = [s for s in self._slots if s.active and s.pending is not None]
         self.steps += 1
         t0 = time.perf_counter()
-        proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None],
-                                        self._batch.capacity - len(generating))
+        proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None], len(generating))
         t_draft = time.perf_counter() - t0
         batch = self._batch
         batch.clear()
@@ -388,9 +413,25 @@ class Engine:
                 self._advance(slot, first_row[slot.seq], proposals.get(slot.seq), slot is padded)
         for slot, row, _ in prefilled:
             if slot.active and row >= 0:
-                token, _ = slot.sampler.sample(self.ctx.logits(row))
-                if self._emit(slot, token, False, row):
-                    slot.pending = token
+                for other in self._slots:
+                    if other.active and other.follows is slot:
+                        self._fork(slot, other, row)
+                self._first_token(slot, row)
+
+    def _fork(self, leader: _Slot, slot: _Slot, row: int) -> None:
+        """Another choice of the leader's prompt: share its KV cache, sample its own
+        first token from the same logits."""
+        self.ctx.seq_rm(slot.seq, -1, -1)
+        self.ctx.seq_cp(leader.seq, slot.seq, -1, -1)
+        slot.tokens[:] = leader.tokens
+        slot.prefill_at = len(slot.job.prompt)
+        slot.follows = None
+        self._first_token(slot, row)
+
+    def _first_token(self, slot: _Slot, row: int) -> None:
+        token, _ = slot.sampler.sample(self.ctx.logits(row))
+        if self._emit(slot, token, False, row):
+            slot.pending = token
 
     def _view(self, slot: _Slot) -> SlotView:
         max_more = (slot.job.request.max_tokens or 1 << 30) - slot.generated - 1
@@ -402,7 +443,7 @@ class Engine:
         (slot, the row of its last prompt token or -1 if not yet reached, rows added)."""
         batch, out = self._batch, []
         for slot in self._slots:
-            if slot.active and slot.pending is None and batch.n < batch.capacity:
+            if slot.active and slot.pending is None and slot.follows is None and batch.n < batch.capacity:
                 prompt = slot.job.prompt
                 start = slot.prefill_at
                 end = min(len(prompt), start + batch.capacity - batch.n)
@@ -411,6 +452,7 @@ class Engine:
                     row = batch.add(prompt[i], i, slot.seq, i == len(prompt) - 1)
                 slot.tokens.extend(prompt[start:end])
                 slot.prefill_at = end
+                self.prefilled += end - start
                 out.append((slot, row if end == len(prompt) else -1, end - start))
         return out
 
@@ -494,6 +536,7 @@ class Engine:
         job, text = slot.job, slot.text
         assert job is not None and text is not None
         slot.job = None  # first: a failure below must not finish it twice
+        slot.follows = None
         try:
             tail = text.finish() if reason is not FinishReason.STOP else ""
             if tail:
@@ -501,6 +544,9 @@ class Engine:
             if slot.prefill_at < len(job.prompt):  # stopped mid-prefill: forget the partial prompt
                 del slot.tokens[slot.cached :]
                 self.ctx.seq_rm(slot.seq, slot.cached, -1)
+                for other in self._slots:  # choices waiting for this prompt end alike
+                    if other.active and other.follows is slot:
+                        self._finish(other, reason, error)
         finally:
             now = time.perf_counter()
             first = slot.t_first or now

@@ -59,21 +59,22 @@ class ServerState:
         self._streams: set[Any] = set()
         self._lock = threading.Lock()
 
-    def admit(self, limit: int) -> None:
+    def admit(self, limit: int, n: int = 1) -> None:
+        """Take ``n`` places (slots or queue) for a request, or answer 429."""
         with self._lock:
-            if self.outstanding >= limit:
+            if self.outstanding + n > limit:
                 raise APIError(429, "The server is busy: every slot is taken and the queue is full; retry shortly.",
                                headers={"Retry-After": "1"})
-            self.outstanding += 1
+            self.outstanding += n
 
-    def track(self, stream: Any) -> None:
+    def track(self, streams: list[Any]) -> None:
         with self._lock:
-            self._streams.add(stream)
+            self._streams.update(streams)
 
-    def done(self, stream: Any | None) -> None:
+    def done(self, streams: list[Any], n: int) -> None:
         with self._lock:
-            self.outstanding -= 1
-            self._streams.discard(stream)
+            self.outstanding -= n
+            self._streams.difference_update(streams)
 
     def cancel_all(self) -> None:
         """Shutting down: every running request ends now, with what it has."""
@@ -162,119 +163,129 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         return await _generate(http, engine, request, body, chat=False)
 
     async def _generate(http: HTTPRequest, engine: Any, request: Request, body: Any, *, chat: bool) -> Response:
-        if body.n not in (None, 1):
-            raise APIError(400, "Invalid 'n': only 1 choice per request is supported yet.", "n")
+        n = body.n if body.n is not None else 1
+        slots = len(engine.slot_states())
+        if not 1 <= n <= slots:
+            raise APIError(400, f"Invalid 'n': must be from 1 to {slots} (the server's slots), not {n}.", "n")
         if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
             raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
                                 f"({engine.n_ctx} tokens per slot).", "max_tokens")
-        state.admit(len(engine.slot_states()) + config.max_queue)
-        stream = None
+        state.admit(slots + config.max_queue, n)
+        streams: list[Any] = []
         try:
             try:
-                stream = await asyncio.to_thread(engine.submit, request)
+                streams = await asyncio.to_thread(engine.submit_n, request, n)
             except PromptTooLong as exc:
                 raise APIError(400, exc.message, "messages" if chat else "prompt") from None
             except EngineClosed:
                 raise APIError(503, "The server is shutting down.") from None
             except LocalspecError as exc:
                 raise APIError(400, exc.message) from None
-            state.track(stream)
+            state.track(streams)
         except BaseException:
-            state.done(stream)
+            state.done(streams, n)
             raise
         rid = openai.new_id("chatcmpl" if chat else "cmpl")
         formatter = openai.LogprobFormatter(engine.model.token_to_piece)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             events = _chat_events if chat else _completion_events
-            return StreamingResponse(_sse(events(rid, stream, formatter, include_usage, request), stream),
+            return StreamingResponse(_sse(events(rid, streams, formatter, include_usage, request), streams),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            return JSONResponse(await _collect(http, rid, stream, formatter, request, chat))
+            return JSONResponse(await _collect(http, rid, streams, formatter, request, chat))
         finally:
-            _finished(stream)
+            _finished(streams)
 
-    def _finished(stream: Any) -> None:
-        state.done(stream)
-        if stream.result is not None:
-            metrics.finished(stream.result)
+    def _finished(streams: list[Any]) -> None:
+        state.done(streams, len(streams))
+        for stream in streams:
+            if stream.result is not None:
+                metrics.finished(stream.result)
 
-    async def _collect(http: HTTPRequest, rid: str, stream: Any, formatter: openai.LogprobFormatter,
+    async def _collect(http: HTTPRequest, rid: str, streams: list[Any], formatter: openai.LogprobFormatter,
                        request: Request, chat: bool) -> dict[str, Any]:
         """Run a non-streaming request to its end, cancelling it if the client leaves."""
-        events: list[Any] = []
+        events: list[list[Any]] = [[] for _ in streams]
 
-        async def consume() -> None:
+        async def consume(i: int, stream: Any) -> None:
             async for event in stream:
-                events.append(event)
+                events[i].append(event)
 
-        task = asyncio.ensure_future(consume())
+        task = asyncio.ensure_future(asyncio.gather(*(consume(i, s) for i, s in enumerate(streams))))
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
                 if not task.done() and await http.is_disconnected():
-                    stream.cancel()
+                    _cancel(streams)
             await task
         finally:
             if not task.done():
-                stream.cancel()
+                _cancel(streams)
                 task.cancel()
-        result: Result = stream.result
-        if result.finish_reason is FinishReason.ERROR:
-            raise APIError(500, result.error or "Generation failed.")
-        tokens = [e for e in events if e.token_id >= 0]
+        results: list[Result] = [s.result for s in streams]
+        failed = next((r for r in results if r.finish_reason is FinishReason.ERROR), None)
+        if failed is not None:
+            raise APIError(500, failed.error or "Generation failed.")
+        tokens = [[e for e in evs if e.token_id >= 0] for evs in events]
         if chat:
-            logprobs = [formatter.chat_entry(e) for e in tokens] if request.logprobs else None
-            return openai.chat_response(rid, model_name, result, logprobs)
-        logprobs = openai.completion_logprobs([formatter.completion_entry(e) for e in tokens]) \
-            if request.logprobs else None
-        return openai.completion_response(rid, model_name, result, result.text, logprobs)
+            logprobs = [[formatter.chat_entry(e) for e in t] if request.logprobs else None for t in tokens]
+            return openai.chat_response(rid, model_name, results, logprobs)
+        logprobs = [openai.completion_logprobs([formatter.completion_entry(e) for e in t]) if request.logprobs
+                    else None for t in tokens]
+        return openai.completion_response(rid, model_name, results, logprobs)
 
-    async def _sse(chunks: AsyncIterator[dict[str, Any]], stream: Any) -> AsyncIterator[bytes]:
+    async def _sse(chunks: AsyncIterator[dict[str, Any]], streams: list[Any]) -> AsyncIterator[bytes]:
         """Server-sent events; a client gone (the task cancelled) cancels the request."""
         try:
             async for chunk in chunks:
                 yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
         finally:
-            if stream.result is None:
-                stream.cancel()
-            _finished(stream)
+            _cancel(streams)
+            _finished(streams)
 
-    async def _chat_events(rid: str, stream: Any, formatter: openai.LogprobFormatter, include_usage: bool,
+    async def _chat_events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter, include_usage: bool,
                            request: Request) -> AsyncIterator[dict[str, Any]]:
         created = int(time.time())
-        yield openai.chat_chunk(rid, model_name, created, {"role": "assistant", "content": ""})
-        async for event in stream:
+        for i in range(len(streams)):
+            yield openai.chat_chunk(rid, model_name, created, {"role": "assistant", "content": ""}, index=i)
+        async for i, event in _merged(streams):
+            if event is None:
+                result: Result = streams[i].result
+                if result.finish_reason is FinishReason.ERROR:
+                    yield APIError(500, result.error or "Generation failed.").body()
+                    return
+                yield openai.chat_chunk(rid, model_name, created, {}, openai.finish_reason(result.finish_reason),
+                                        index=i)
+                continue
             logprobs = [formatter.chat_entry(event)] if request.logprobs and event.token_id >= 0 else None
             if event.text or logprobs:
-                yield openai.chat_chunk(rid, model_name, created, {"content": event.text}, logprobs=logprobs)
-        result: Result = stream.result
-        if result.finish_reason is FinishReason.ERROR:
-            yield APIError(500, result.error or "Generation failed.").body()
-            return
-        yield openai.chat_chunk(rid, model_name, created, {}, openai.finish_reason(result.finish_reason))
+                yield openai.chat_chunk(rid, model_name, created, {"content": event.text}, logprobs=logprobs, index=i)
         if include_usage:
-            yield openai.usage_chunk(rid, model_name, created, "chat.completion.chunk", result)
+            yield openai.usage_chunk(rid, model_name, created, "chat.completion.chunk", [s.result for s in streams])
 
-    async def _completion_events(rid: str, stream: Any, formatter: openai.LogprobFormatter, include_usage: bool,
-                                 request: Request) -> AsyncIterator[dict[str, Any]]:
+    async def _completion_events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter,
+                                 include_usage: bool, request: Request) -> AsyncIterator[dict[str, Any]]:
         created = int(time.time())
-        offset = 0
-        async for event in stream:
+        offsets = [0] * len(streams)
+        async for i, event in _merged(streams):
+            if event is None:
+                result: Result = streams[i].result
+                if result.finish_reason is FinishReason.ERROR:
+                    yield APIError(500, result.error or "Generation failed.").body()
+                    return
+                yield openai.completion_chunk(rid, model_name, created, "", openai.finish_reason(result.finish_reason),
+                                              index=i)
+                continue
             logprobs = None
             if request.logprobs and event.token_id >= 0:
-                logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offset)
+                logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offsets[i])
             if event.text or logprobs:
-                yield openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs)
-            offset += len(event.text)
-        result: Result = stream.result
-        if result.finish_reason is FinishReason.ERROR:
-            yield APIError(500, result.error or "Generation failed.").body()
-            return
-        yield openai.completion_chunk(rid, model_name, created, "", openai.finish_reason(result.finish_reason))
+                yield openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs, index=i)
+            offsets[i] += len(event.text)
         if include_usage:
-            yield openai.usage_chunk(rid, model_name, created, "text_completion", result)
+            yield openai.usage_chunk(rid, model_name, created, "text_completion", [s.result for s in streams])
 
     # ------------------------------------------------------------ helpers
 
@@ -316,6 +327,41 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type", "x-api-key"])
     return app
+
+
+def _cancel(streams: list[Any]) -> None:
+    for stream in streams:
+        if stream.result is None:
+            stream.cancel()
+
+
+async def _merged(streams: list[Any]) -> AsyncIterator[tuple[int, Any]]:
+    """The events of several streams as they come: (choice, event), and (choice, None)
+    when that choice has ended."""
+    if len(streams) == 1:
+        async for event in streams[0]:
+            yield 0, event
+        yield 0, None
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def pump(i: int, stream: Any) -> None:
+        try:
+            async for event in stream:
+                await queue.put((i, event))
+        finally:
+            await queue.put((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(streams)
+        while left:
+            item = await queue.get()
+            left -= item[1] is None
+            yield item
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def _no_constant(name: str) -> Any:

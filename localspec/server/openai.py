@@ -282,27 +282,34 @@ def finish_reason(reason: FinishReason) -> str:
     return "length" if reason is FinishReason.LENGTH else "stop"
 
 
-def usage(result: Result) -> dict[str, Any]:
-    u = result.usage
-    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+def usage(results: list[Result]) -> dict[str, Any]:
+    """The prompt once (the choices share it), the completions of every choice."""
+    first = results[0].usage
+    completion = sum(r.usage.completion_tokens for r in results)
+    return {"prompt_tokens": first.prompt_tokens, "completion_tokens": completion,
+            "total_tokens": first.prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
 
 
-def extensions(result: Result) -> dict[str, Any]:
+def extensions(results: list[Result]) -> dict[str, Any]:
     """localspec's additions: what speculation did, and llama-server-style timings."""
-    spec, t, u = result.spec, result.timings, result.usage
-    prompt_n = u.prompt_tokens - u.cached_tokens
+    first = results[0]
+    specs = [r.spec for r in results if r.spec is not None]
+    drafted, accepted = sum(s.drafted for s in specs), sum(s.accepted for s in specs)
+    ran = sorted({s.mode for s in specs if s.mode != "off"})
+    prompt_n = first.usage.prompt_tokens - first.usage.cached_tokens
+    prompt_s = first.timings.prompt_s
+    predicted = sum(r.usage.completion_tokens for r in results)
+    decode_s = max(r.timings.decode_s for r in results)
+    decoded = sum(r.timings.decode_tokens for r in results)
     return {
-        "speculative": {
-            "mode": spec.mode if spec else "off", "drafted": spec.drafted if spec else 0,
-            "accepted": spec.accepted if spec else 0,
-            "acceptance_rate": round(spec.acceptance_rate, 4) if spec else 0.0,
-        },
+        "speculative": {"mode": "+".join(ran) if ran else "off", "drafted": drafted, "accepted": accepted,
+                        "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0},
         "timings": {
-            "prompt_n": prompt_n, "prompt_ms": round(t.prompt_s * 1e3, 3),
-            "prompt_per_second": round(prompt_n / t.prompt_s, 3) if t.prompt_s > 0 else 0.0,
-            "predicted_n": u.completion_tokens, "predicted_ms": round(t.decode_s * 1e3, 3),
-            "predicted_per_second": round(t.decode_tokens_per_s, 3),
+            "prompt_n": prompt_n, "prompt_ms": round(prompt_s * 1e3, 3),
+            "prompt_per_second": round(prompt_n / prompt_s, 3) if prompt_s > 0 else 0.0,
+            "predicted_n": predicted, "predicted_ms": round(decode_s * 1e3, 3),
+            "predicted_per_second": round(decoded / decode_s, 3) if decode_s > 0 else 0.0,
         },
     }
 
@@ -325,19 +332,19 @@ class LogprobFormatter:
         return text, event.logprob, tops
 
 
-def chat_response(rid: str, model: str, result: Result, logprobs: list[dict] | None) -> dict[str, Any]:
+def chat_response(rid: str, model: str, results: list[Result], logprobs: list[list[dict] | None]) -> dict[str, Any]:
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                     "logprobs": {"content": logprobs} if logprobs is not None else None,
-                     "finish_reason": finish_reason(result.finish_reason)}],
-        "usage": usage(result), **extensions(result),
+        "choices": [{"index": i, "message": {"role": "assistant", "content": r.text},
+                     "logprobs": {"content": lp} if lp is not None else None,
+                     "finish_reason": finish_reason(r.finish_reason)} for i, (r, lp) in enumerate(zip(results, logprobs))],
+        "usage": usage(results), **extensions(results),
     }
 
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any], finish: str | None = None,
-               logprobs: list[dict] | None = None) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+               logprobs: list[dict] | None = None, index: int = 0) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
     if logprobs is not None:
         choice["logprobs"] = {"content": logprobs}
     return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
@@ -352,21 +359,21 @@ def completion_logprobs(entries: list[tuple[str, float | None, dict[str, float]]
             "top_logprobs": [e[2] for e in entries], "text_offset": offsets}
 
 
-def completion_response(rid: str, model: str, result: Result, text: str, logprobs: dict | None) -> dict[str, Any]:
+def completion_response(rid: str, model: str, results: list[Result], logprobs: list[dict | None]) -> dict[str, Any]:
     return {
         "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": logprobs,
-                     "finish_reason": finish_reason(result.finish_reason)}],
-        "usage": usage(result), **extensions(result),
+        "choices": [{"index": i, "text": r.text, "logprobs": lp, "finish_reason": finish_reason(r.finish_reason)}
+                    for i, (r, lp) in enumerate(zip(results, logprobs))],
+        "usage": usage(results), **extensions(results),
     }
 
 
 def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
-                     logprobs: dict | None = None) -> dict[str, Any]:
+                     logprobs: dict | None = None, index: int = 0) -> dict[str, Any]:
     return {"id": rid, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
+            "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
 
 
-def usage_chunk(rid: str, model: str, created: int, obj: str, result: Result) -> dict[str, Any]:
+def usage_chunk(rid: str, model: str, created: int, obj: str, results: list[Result]) -> dict[str, Any]:
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": usage(result), **extensions(result)}
+            "usage": usage(results), **extensions(results)}

@@ -150,3 +150,20 @@ def test_open_engine_is_the_one_load_path(tiny_model: Path):
         localspec.open_engine(tiny_model, slots=0)
     with pytest.raises(InvalidRequest, match="^kv_type must be one of"):
         localspec.open_engine(tiny_model, kv_type="q2")
+
+
+def test_n_choices_prefill_the_prompt_once_and_sample_apart(tiny_model: Path, plain):
+    prompt = PROMPTS[1]
+    with Engine(tiny_model, EngineConfig(n_ctx=256, n_slots=3, spec=SpecConfig(mode="off"))) as e:
+        n_prompt = len(e.model.tokenize(prompt, add_special=True, parse_special=True))
+        before = e.prefilled
+        greedy = e.submit_n(Request(prompt=prompt, sampling=GREEDY, max_tokens=60), 3)
+        assert [ids(s) for s in greedy] == [plain[prompt]] * 3
+        assert e.prefilled - before == n_prompt  # once, then copied to the other two slots
+        sampled = e.submit_n(Request(prompt=prompt, sampling=SamplingParams(temperature=1.0, seed=4), max_tokens=30), 3)
+        texts = [ids(s) for s in sampled]
+        assert len({tuple(t) for t in texts}) == 3  # seeds 4, 5, 6
+        assert texts[1] == ids(e.submit(Request(prompt=prompt, sampling=SamplingParams(temperature=1.0, seed=5),
+                                                max_tokens=30)))
+        with pytest.raises(InvalidRequest, match="n must be from 1 to the number of slots"):
+            e.submit_n(Request(prompt=prompt), 4)

@@ -190,6 +190,7 @@ BAD_BODIES = [
     ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
     ({"messages": MSG, "max_tokens": 10**9}, "max_tokens"),
     ({"messages": MSG, "n": 0}, "n"),
+    ({"messages": MSG, "n": 9}, "n"),
     ({"messages": MSG, "logit_bias": {"999999999": 1}}, "logit_bias"),
     ({"messages": MSG, "logit_bias": {"5": 101}}, "logit_bias"),
     ({"messages": MSG, "logit_bias": {"x": 1}}, "logit_bias"),
@@ -285,3 +286,18 @@ def test_sigterm_while_streaming_ends_the_stream_and_exits_0(tiny_model: Path):
     finishes = [ch.choices[0].finish_reason for ch in stream if ch.choices]
     assert srv.proc.wait(timeout=10) == 0 and time.monotonic() - t0 < 5
     assert finishes[-1] is not None
+
+
+def test_n_choices_stream_and_not(server: Server):
+    c = server.client()
+    full = c.chat.completions.create(model="tiny", messages=MSG, max_tokens=12, n=2, temperature=0.9, seed=11)
+    assert [ch.index for ch in full.choices] == [0, 1]
+    assert full.usage.completion_tokens == 24
+    texts = {0: "", 1: ""}
+    for chunk in c.chat.completions.create(model="tiny", messages=MSG, max_tokens=12, n=2, temperature=0.9, seed=11,
+                                           stream=True):
+        for ch in chunk.choices:
+            texts[ch.index] += ch.delta.content or ""
+    assert [texts[0], texts[1]] == [ch.message.content for ch in full.choices]
+    with pytest.raises(openai.BadRequestError, match="'n'"):
+        c.chat.completions.create(model="tiny", messages=MSG, n=5)

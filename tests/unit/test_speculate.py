@@ -370,3 +370,36 @@ def test_on_recorded_outputs_the_choice_beats_llama_cpps_ngram_rule_and_never_lo
         ours[name], rule[name] = got, fixed_rule(rec["prompt"], rec["truth"], table)
     mean = lambda d: float(np.exp(np.mean([np.log(d[n]) for n in COPIES])))  # noqa: E731
     assert mean(ours) > mean(rule)
+
+
+STEEP = {1: 45.0, 2: 90.0, 3: 119.0, 4: 146.0, 8: 315.0, 16: 408.0, 32: 672.0, 64: 1038.0}  # a 2-core CPU
+FLAT = {1: 10.0, 2: 10.0, 4: 10.2, 8: 10.3, 16: 10.5, 32: 11.0, 64: 12.0, 128: 14.0}  # rows nearly free
+
+
+def _deep_in_a_copy(policy: SpecPolicy) -> SlotView:
+    """A request 40 tokens into a copy of its prompt, after copies that went on."""
+    source = list(range(100, 300))
+    spec = policy.start(source + source[:60], SpecConfig(mode="ngram"))
+    for _ in range(3):
+        spec.accept_ngram.update(0, 5, 5, 4)
+        for run in range(5, 120, 15):
+            spec.accept_ngram.update(run, 15, 15, 4)
+    spec.kept_in_a_row = 40
+    return SlotView(seq=0, tokens=source + source[:59], pending=source[59], room=1000, state=spec,
+                    sampler=Sampler(SamplingParams(temperature=0.0)))
+
+
+@pytest.mark.parametrize("table,alone_at_least,shared_at_most", [(STEEP, 15, 0), (FLAT, 15, 12)])
+def test_in_a_shared_batch_a_draft_must_pay_for_the_whole_step(table, alone_at_least, shared_at_most):
+    """Alone, a request deep in a copy drafts long on both machines. Beside three other
+    requests its rows slow theirs: on a CPU, where each row costs most of a decode, it
+    drafts nothing; where rows are nearly free it drafts, within the rows that keep the
+    step no dearer than 5% over the plain batch of four (16 rows here)."""
+    alone = SpecPolicy(None, costs=costs_from(table)).propose([_deep_in_a_copy(SpecPolicy(None))], 1)
+    assert len(alone[0].tokens) >= alone_at_least
+    policy = SpecPolicy(None, costs=costs_from(table))
+    shared = policy.propose([_deep_in_a_copy(policy)], 4)
+    drafted = len(shared[0].tokens) if 0 in shared else 0
+    assert drafted <= shared_at_most and (drafted > 0) == (shared_at_most > 0)
+    costs = policy.costs
+    assert costs.target(4 + drafted) <= costs.target(4) * 1.05 + 1e-12

@@ -182,16 +182,17 @@ class SpecPolicy:
             accept_draft=Acceptance(prior=TUNING.draft_prior, k_max=config.draft_max),
         )
 
-    def propose(self, slots: list[SlotView], draft_rows: int | None = None) -> dict[int, Proposal]:
+    def propose(self, slots: list[SlotView], generating: int | None = None) -> dict[int, Proposal]:
         """Proposals by sequence id: n-gram lookups at once, the draft model's jobs in one
-        batch per draft position. ``draft_rows``: the rows the target batch has left for
-        drafts once every generating slot's pending token is in (plain slots' too);
-        each slot drafts at most its share."""
+        batch per draft position. ``generating``: the slots whose pending token is in the
+        target batch (plain ones too). Each slot drafts at most its share of the rows
+        left, and its k is chosen for the batch as it stands (``_Batch``): what its extra
+        rows cost on top of the others'."""
         proposals: dict[int, Proposal] = {}
         jobs: list[DraftJob] = []
-        if draft_rows is None:
-            draft_rows = self.batch_capacity - len(slots)
-        share = draft_rows // max(1, len(slots))
+        generating = len(slots) if generating is None else generating
+        share = (self.batch_capacity - generating) // max(1, len(slots))
+        self._batch = _Batch(self.costs, generating, self.batch_capacity)
         for slot in slots:
             spec = slot.state
             room = min(spec.config.draft_max, share, slot.room)
@@ -245,10 +246,10 @@ class SpecPolicy:
             return 0
         k_min = min(spec.config.draft_min, room)
         if not spec.config.adaptive:
-            return room
-        k = choose_k(expected, self.costs, k_min=k_min, draft_cost=draft_cost)
+            return self._batch.take(room)
+        k = self._batch.choose(expected, k_min, draft_cost)
         if k == 0 and probe is not None and probe <= TUNING.probe_catch_up_max and spec.should_probe():
-            k = max(1, k_min)
+            k = self._batch.take(max(1, k_min))
         return k
 
     def unmeasured(self, capacity: int, draft_max: int) -> list[int]:
@@ -281,20 +282,55 @@ def _picker(sampler: Sampler, p_min: float) -> Pick:
     return pick
 
 
-def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: float = 0.0) -> int:
+def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: float = 0.0,
+             rows: int = 1, others: float = 0.0, max_rows: int | None = None) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
     decoding by ``pay_margin``. ``expected[k]`` is the tokens a step yields with k drafts
     (k = 0 up to the longest allowed), ``draft_cost`` the time to draft one token (0 for
-    n-gram lookup)."""
+    n-gram lookup). In a shared batch, ``rows`` are those already in it (this slot's
+    pending token included), ``others`` the tokens the other rows are expected to yield,
+    and the batch may grow to ``max_rows``: k drafts are judged by the whole step's
+    tokens per second, (others + E(k)) / T(rows + k). Alone (rows 1, others 0) that is
+    E(k) / T(k + 1) against 1 / T(1)."""
     k_max = expected.size - 1
+    if max_rows is not None:
+        k_max = min(k_max, max_rows - rows)
     k_lo = max(1, k_min)
     if k_max < k_lo:
         return 0
     ks = np.arange(k_lo, k_max + 1)
-    t = costs.table(k_max + 1)
-    rates = expected[ks] / (t[ks] + ks * draft_cost)  # t[k] is T(k + 1)
+    t = costs.table(rows + k_max)  # t[b - 1] is T(b)
+    rates = (others + expected[ks]) / (t[rows - 1 + ks] + ks * draft_cost)
     best = int(np.argmax(rates))
-    return int(ks[best]) if rates[best] > TUNING.pay_margin / t[0] else 0
+    return int(ks[best]) if rates[best] > TUNING.pay_margin * (others + 1.0) / t[rows - 1] else 0
+
+
+class _Batch:
+    """The target batch as the step's proposals fill it: the rows so far and the tokens
+    they are expected to yield. With other requests in it, a draft must pay for the
+    whole step (its rows slow every request in the batch) and may not make the step
+    cost more than ``share_slack`` over the plain batch's."""
+
+    def __init__(self, costs: Costs, generating: int, capacity: int) -> None:
+        self.costs = costs
+        self.rows = generating  # every generating slot's pending token
+        self.tokens = float(generating)  # each yields one token at least
+        self.max_rows: int | None = None
+        if generating > 1:
+            budget = costs.target(generating) * (1.0 + TUNING.share_slack)
+            table = costs.table(max(generating, capacity))  # never decreasing with the size
+            self.max_rows = int(np.searchsorted(table, budget, side="right"))  # the sizes within the budget
+
+    def choose(self, expected: np.ndarray, k_min: int, draft_cost: float) -> int:
+        k = choose_k(expected, self.costs, k_min=k_min, draft_cost=draft_cost, rows=self.rows,
+                     others=self.tokens - 1.0, max_rows=self.max_rows)
+        return self.take(k, float(expected[k]) - 1.0) if k else 0
+
+    def take(self, k: int, gain: float = 0.0) -> int:
+        """k drafts go into the batch, expected to yield ``gain`` more tokens."""
+        self.rows += k
+        self.tokens += gain
+        return k
 
 
 def growth_limit(acceptance: Acceptance, k_max: int) -> int:

@@ -22,6 +22,10 @@ class Tuning:
     # step 0.65 of a target step) never passes, so it is never tried there.
     draft_can_pay_alpha: float = 0.95
     draft_can_pay_margin: float = 1.02
+    # In a batch shared with other requests, drafts may slow the step (and so every other
+    # request in it) by at most this much against the plain batch: the aim is that no
+    # request runs slower beside speculation; 5% is within a cost measurement's noise.
+    share_slack: float = 0.05
     # A draft model's drafts grow to at most twice the deepest depth judged, at least
     # this: a failed guess at k = 16 cost several plain steps on the CPUs here.
     draft_growth_min: int = 4
