@@ -30,6 +30,7 @@ from localspec.cli._common import (
 from localspec.cli.completion import complete_model
 from localspec.outputs import terminal
 from localspec.defaults import DEFAULTS as D
+from localspec.types import MODES
 
 HELP = "Compare plain and speculative decoding on a prompt suite (greedy, same seed, one run)."
 EPILOG = (
@@ -125,7 +126,7 @@ def bench(
     mode_list = [m.strip().lower() for m in modes.split(",")] if modes else (
         ["ngram", "draft", "auto"] if s.draft else ["ngram"])
     for m in mode_list:
-        if m not in ("ngram", "draft", "auto"):
+        if m not in MODES or m == "off":
             raise typer.BadParameter(f"{m!r}: use ngram, draft or auto", param_hint="--modes")
         if m in ("draft",) and not s.draft:
             raise typer.BadParameter("draft mode needs --draft MODEL", param_hint="--modes")

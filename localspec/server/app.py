@@ -189,8 +189,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         formatter = openai.LogprobFormatter(engine.model.token_to_piece)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            events = _chat_events if chat else _completion_events
-            return StreamingResponse(_sse(events(rid, streams, formatter, include_usage, request), streams),
+            return StreamingResponse(_sse(_events(rid, streams, formatter, include_usage, request, chat), streams),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             return JSONResponse(await _collect(http, rid, streams, formatter, request, chat))
@@ -245,47 +244,38 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             _cancel(streams)
             _finished(streams)
 
-    async def _chat_events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter, include_usage: bool,
-                           request: Request) -> AsyncIterator[dict[str, Any]]:
-        created = int(time.time())
-        for i in range(len(streams)):
-            yield openai.chat_chunk(rid, model_name, created, {"role": "assistant", "content": ""}, index=i)
-        async for i, event in _merged(streams):
-            if event is None:
-                result: Result = streams[i].result
-                if result.finish_reason is FinishReason.ERROR:
-                    yield APIError(500, result.error or "Generation failed.").body()
-                    return
-                yield openai.chat_chunk(rid, model_name, created, {}, openai.finish_reason(result.finish_reason),
-                                        index=i)
-                continue
-            logprobs = [formatter.chat_entry(event)] if request.logprobs and event.token_id >= 0 else None
-            if event.text or logprobs:
-                yield openai.chat_chunk(rid, model_name, created, {"content": event.text}, logprobs=logprobs, index=i)
-        if include_usage:
-            yield openai.usage_chunk(rid, model_name, created, "chat.completion.chunk", [s.result for s in streams])
-
-    async def _completion_events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter,
-                                 include_usage: bool, request: Request) -> AsyncIterator[dict[str, Any]]:
+    async def _events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter, include_usage: bool,
+                      request: Request, chat: bool) -> AsyncIterator[dict[str, Any]]:
+        """The chunks of a streamed request, in either API's shape: each choice's tokens as
+        they come, its finish, then the usage if asked for."""
         created = int(time.time())
         offsets = [0] * len(streams)
+        if chat:
+            for i in range(len(streams)):
+                yield openai.chat_chunk(rid, model_name, created, {"role": "assistant", "content": ""}, index=i)
         async for i, event in _merged(streams):
-            if event is None:
+            if event is None:  # choice i ended
                 result: Result = streams[i].result
                 if result.finish_reason is FinishReason.ERROR:
                     yield APIError(500, result.error or "Generation failed.").body()
                     return
-                yield openai.completion_chunk(rid, model_name, created, "", openai.finish_reason(result.finish_reason),
-                                              index=i)
+                reason = openai.finish_reason(result.finish_reason)
+                yield (openai.chat_chunk(rid, model_name, created, {}, reason, index=i) if chat
+                       else openai.completion_chunk(rid, model_name, created, "", reason, index=i))
                 continue
-            logprobs = None
-            if request.logprobs and event.token_id >= 0:
-                logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offsets[i])
+            wanted = request.logprobs and event.token_id >= 0
+            if chat:
+                logprobs = [formatter.chat_entry(event)] if wanted else None
+                chunk = openai.chat_chunk(rid, model_name, created, {"content": event.text}, logprobs=logprobs, index=i)
+            else:
+                logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offsets[i]) if wanted else None
+                chunk = openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs, index=i)
+                offsets[i] += len(event.text)
             if event.text or logprobs:
-                yield openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs, index=i)
-            offsets[i] += len(event.text)
+                yield chunk
         if include_usage:
-            yield openai.usage_chunk(rid, model_name, created, "text_completion", [s.result for s in streams])
+            kind = "chat.completion.chunk" if chat else "text_completion"
+            yield openai.usage_chunk(rid, model_name, created, kind, [s.result for s in streams])
 
     # ------------------------------------------------------------ helpers
 

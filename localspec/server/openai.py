@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from localspec.errors import InvalidRequest
-from localspec.types import FinishReason, Message, Request, Result, SamplingParams, SpecConfig, TokenEvent
+from localspec.types import MODES, FinishReason, Message, Request, Result, SamplingParams, SpecConfig, TokenEvent
 
 Number = Union[StrictInt, StrictFloat]
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
@@ -70,7 +70,7 @@ class ChatMessage(_Body):
 class Speculative(_Body):
     """The ``speculative`` extension: this request's speculation (engine.SpecConfig)."""
 
-    mode: Optional[Literal["auto", "ngram", "draft", "off"]] = None
+    mode: Optional[Literal[MODES]] = None  # type: ignore[valid-type]
     draft_max: Optional[StrictInt] = None
     draft_min: Optional[StrictInt] = None
     draft_p_min: Optional[Number] = None

@@ -1,0 +1,30 @@
+"""The server's pure checks: Host names and API keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.server.auth import host_allowed, is_loopback, key_matches
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:1", "[::1]", "[::1]:8080",
+                                  "LOCALHOST:80"])
+def test_local_host_names_pass(host):
+    assert host_allowed(host)
+
+
+@pytest.mark.parametrize("host", [None, "", "evil.example.com", "evil.example.com:8080", "localhost.evil.com",
+                                  "127.0.0.1.nip.io", "[::2]:80", "10.0.0.1"])
+def test_other_host_names_are_refused(host):
+    assert not host_allowed(host)
+
+
+def test_loopback_addresses():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.0.0.2")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+
+
+def test_api_keys_by_bearer_or_header():
+    assert key_matches("k", "Bearer k", None) and key_matches("k", "bearer  k ", None) and key_matches("k", None, "k")
+    assert not key_matches("k", "Bearer x", None) and not key_matches("k", None, None)
+    assert not key_matches("k", "Basic k", None) and not key_matches("k", "Bearer ", None)
