@@ -58,14 +58,15 @@ def start(model: str, slots: int, spec: str, ctx: int) -> tuple[subprocess.Popen
     raise SystemExit("localspec serve did not become ready")
 
 
-def one(url: str, prompt: str, max_tokens: int) -> tuple[int, float, float]:
-    """Stream one greedy chat completion: (tokens, seconds first->last token, total seconds)."""
+def one(url: str, prompt: str, max_tokens: int) -> tuple[int, float, float, int, int]:
+    """Stream one greedy chat completion: (tokens, seconds first->last token, total
+    seconds, tokens drafted, drafts accepted (localspec's extension; 0 elsewhere))."""
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(url + "/chat/completions", body, {"Content-Type": "application/json"})
     t0 = time.perf_counter()
     first = last = None
-    n = 0
+    n = drafted = accepted = 0
     with urllib.request.urlopen(req, timeout=600) as resp:
         for line in resp:
             if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
@@ -78,11 +79,13 @@ def one(url: str, prompt: str, max_tokens: int) -> tuple[int, float, float]:
                 last = now
             if chunk.get("usage"):
                 n = chunk["usage"]["completion_tokens"]
-    return n, (last - first) if first and last else 0.0, time.perf_counter() - t0
+                spec = chunk.get("speculative") or {}
+                drafted, accepted = spec.get("drafted", 0), spec.get("accepted", 0)
+    return n, (last - first) if first and last else 0.0, time.perf_counter() - t0, drafted, accepted
 
 
 def level(url: str, prompts: list[str], clients: int, max_tokens: int, per_client: int) -> dict:
-    results: list[tuple[int, float, float]] = []
+    results: list[tuple[int, float, float, int, int]] = []
     lock = threading.Lock()
 
     def client(c: int) -> None:
@@ -95,9 +98,11 @@ def level(url: str, prompts: list[str], clients: int, max_tokens: int, per_clien
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(client, range(clients)))
     wall = time.perf_counter() - t0
-    rates = [(n - 1) / s for n, s, _ in results if n > 1 and s > 0]
-    return {"clients": clients, "requests": len(results), "tokens": sum(n for n, _, _ in results),
-            "aggregate_tokens_per_s": round(sum(n for n, _, _ in results) / wall, 2),
+    rates = [(r[0] - 1) / r[1] for r in results if r[0] > 1 and r[1] > 0]
+    tokens = sum(r[0] for r in results)
+    return {"clients": clients, "requests": len(results), "tokens": tokens,
+            "drafted": sum(r[3] for r in results), "accepted": sum(r[4] for r in results),
+            "aggregate_tokens_per_s": round(tokens / wall, 2),
             "per_request_median": round(statistics.median(rates), 2) if rates else 0.0,
             "per_request_min": round(min(rates), 2) if rates else 0.0, "wall_s": round(wall, 1)}
 
@@ -112,30 +117,36 @@ def main() -> None:
     ap.add_argument("--ctx-size", type=int, default=4096)
     ap.add_argument("--url", action="append", default=[], help="another OpenAI-compatible base URL (…/v1)")
     ap.add_argument("--url-name", action="append", default=[])
+    ap.add_argument("--modes", default="off,auto", help="localspec --spec modes to run, in order (repeats allowed)")
     ap.add_argument("--no-localspec", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
-    prompts = [p.prompt for p in builtin_suite() if p.kind in PROMPT_KINDS]
+    # code edits (answers that copy their input) and code generation, alternating
+    suite = [p for p in builtin_suite() if p.kind in PROMPT_KINDS]
+    edits, others = [p for p in suite if p.kind != "code-generation"], [p for p in suite if p.kind == "code-generation"]
+    prompts = [p.prompt for pair in zip(edits, others) for p in pair] + [p.prompt for p in edits[len(others):]]
     levels = [int(c) for c in args.clients.split(",")]
     targets: list[tuple[str, str, subprocess.Popen | None]] = []
     for i, url in enumerate(args.url):
         targets.append((args.url_name[i] if i < len(args.url_name) else url, url, None))
     report = {}
-    modes = [] if args.no_localspec else ["off", "auto"]
-    for mode in modes:
+    modes = [] if args.no_localspec else args.modes.split(",")
+    for run, mode in enumerate(modes):
         proc, url = start(args.model, args.slots, mode, args.ctx_size)
         try:
-            report[f"localspec spec={mode}"] = run_levels(url, prompts, levels, args)
+            name = f"localspec spec={mode}" + (f" #{modes[:run + 1].count(mode)}" if modes.count(mode) > 1 else "")
+            report[name] = run_levels(url, prompts, levels, args)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
     for name, url, _ in targets:
         report[name] = run_levels(url, prompts, levels, args)
-    print(f"{'server':28s} {'clients':>7s} {'aggregate':>10s} {'per-req med':>12s} {'per-req min':>12s}")
+    print(f"{'server':34s} {'clients':>7s} {'aggregate':>10s} {'per-req med':>12s} {'per-req min':>12s} "
+          f"{'drafted':>8s} {'accepted':>8s}")
     for name, rows in report.items():
         for r in rows:
-            print(f"{name:28s} {r['clients']:7d} {r['aggregate_tokens_per_s']:10.2f} {r['per_request_median']:12.2f} "
-                  f"{r['per_request_min']:12.2f}")
+            print(f"{name:34s} {r['clients']:7d} {r['aggregate_tokens_per_s']:10.2f} {r['per_request_median']:12.2f} "
+                  f"{r['per_request_min']:12.2f} {r['drafted']:8d} {r['accepted']:8d}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": os.path.basename(args.model), "slots": args.slots, "max_tokens": args.max_tokens,

@@ -286,6 +286,24 @@ def test_sigterm_while_streaming_ends_the_stream_and_exits_0(tiny_model: Path):
     finishes = [ch.choices[0].finish_reason for ch in stream if ch.choices]
     assert srv.proc.wait(timeout=10) == 0 and time.monotonic() - t0 < 5
     assert finishes[-1] is not None
+    assert f"ready at http://127.0.0.1:{srv.port}/v1" in srv.proc.stderr.read()
+
+
+def test_cors_is_off_unless_origins_are_named(tiny_model: Path, server: Server):
+    preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("OPTIONS", "/v1/chat/completions", headers=preflight)
+    assert conn.getresponse().getheader("access-control-allow-origin") is None
+    srv = Server(tiny_model, "--ctx-size", "128", "--slots", "1", "--cors-origin", "http://app.example",
+                 "--api-key", "k")
+    try:
+        srv.wait_ready()
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+        conn.request("OPTIONS", "/v1/chat/completions", headers=preflight)
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("access-control-allow-origin") == "http://app.example"
+    finally:
+        srv.stop()
 
 
 def test_n_choices_stream_and_not(server: Server):
