@@ -82,6 +82,24 @@ class SpecConfig:
             raise InvalidRequest(f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max}).")
 
 
+CONSTRAINT_KINDS = ("json_schema", "json_object", "gbnf", "lark", "regex")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What the output must match: a JSON schema (its JSON text), any JSON object, a GBNF
+    or Lark grammar, or a regex. Compiled and checked when the request is submitted."""
+
+    kind: str
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONSTRAINT_KINDS:
+            raise InvalidRequest(f"Unknown constraint kind {self.kind!r}; use one of {', '.join(CONSTRAINT_KINDS)}.")
+        if self.kind != "json_object" and not (isinstance(self.text, str) and self.text.strip()):
+            raise InvalidRequest(f"The {self.kind.replace('_', ' ')} constraint is empty.")
+
+
 @dataclass(frozen=True)
 class Message:
     role: str
@@ -109,6 +127,7 @@ class Request:
     # decoded in other batches than a fresh prefill, which moves Q4 logits by ~0.1: the
     # benchmark turns it off so that runs differ only in speculation.
     cache_prompt: bool = True
+    constraint: Constraint | None = None  # the output must match it (JSON schema, grammar, regex)
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,48 @@ KvType = Annotated[str, _setting("kv_type", help="KV cache type: f16, q8_0 or q4
 GpuLayers = Annotated[str, _setting("gpu_layers", help="Target layers on the GPU: auto (planned), all, or N.")]
 DraftGpuLayers = Annotated[str, _setting("draft_gpu_layers", help="Draft layers on the GPU: auto, all, or N.")]
 
+JsonSchema = Annotated[Optional[str], typer.Option(
+    "--json-schema", help="Make the output match this JSON schema (a file, or the schema's JSON text).")]
+JsonObject = Annotated[bool, typer.Option("--json-object", help="Make the output a JSON object (any).")]
+Grammar = Annotated[Optional[str], typer.Option(
+    "--grammar", help="Make the output match this grammar: GBNF, or Lark with a first line %llguidance (a file or the text).")]
+Regex = Annotated[Optional[str], typer.Option("--regex", help="Make the output match this regular expression.")]
+
+
+def constraint_from_flags(json_schema: str | None, json_object: bool, grammar: str | None, regex: str | None):
+    """The one constraint the flags ask for (a usage error if several), or None."""
+    from pathlib import Path
+
+    from localspec.types import Constraint
+
+    given = [f for f, v in (("--json-schema", json_schema), ("--json-object", json_object), ("--grammar", grammar),
+                            ("--regex", regex)) if v]
+    if len(given) > 1:
+        raise typer.BadParameter(f"give one of {', '.join(given)}, not several", param_hint=given[1])
+
+    def text(value: str, flag: str) -> str:
+        try:
+            path = Path(value).expanduser()
+            if len(value) < 4096 and "\n" not in value and path.is_file():
+                return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot read {value}: {exc.strerror}", param_hint=flag) from None
+        except UnicodeDecodeError:
+            raise typer.BadParameter(f"{value} is not UTF-8 text", param_hint=flag) from None
+        return value
+
+    if json_schema:
+        return Constraint("json_schema", text(json_schema, "--json-schema"))
+    if json_object:
+        return Constraint("json_object")
+    if grammar:
+        body = text(grammar, "--grammar")
+        return Constraint("lark" if body.lstrip().startswith("%llguidance") else "gbnf", body)
+    if regex:
+        return Constraint("regex", regex)
+    return None
+
+
 Offline = Annotated[bool, typer.Option(
     "--offline", envvar="LOCALSPEC_OFFLINE",
     help="Use the Hugging Face cache only, never the network (HF_HUB_OFFLINE=1 does the same).")]

@@ -20,6 +20,9 @@ from localspec.cli._common import (
     DraftPMin,
     FrequencyPenalty,
     GpuLayers,
+    Grammar,
+    JsonObject,
+    JsonSchema,
     KvType,
     MaxTokens,
     MinP,
@@ -27,6 +30,7 @@ from localspec.cli._common import (
     NgramMin,
     Offline,
     PresencePenalty,
+    Regex,
     RepeatPenalty,
     Seed,
     Spec,
@@ -36,6 +40,7 @@ from localspec.cli._common import (
     TopK,
     TopP,
     Verbose,
+    constraint_from_flags,
     describe_settings,
     settings_from_context,
     user_errors,
@@ -132,6 +137,10 @@ def run(
     frequency_penalty: FrequencyPenalty = D["frequency_penalty"],
     seed: Seed = D["seed"],
     stop: list[str] = typer.Option([], "--stop", help="Stop before this text (repeatable)."),
+    json_schema: JsonSchema = None,
+    json_object: JsonObject = False,
+    grammar: Grammar = None,
+    regex: Regex = None,
     ctx_size: CtxSize = D["ctx_size"],
     threads: Threads = D["threads"],
     spec: Spec = D["spec"],
@@ -163,6 +172,7 @@ def run(
         if s.sources["system"] in ("flag",) or s.sources["system"].startswith("env"):
             raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
         system = None  # a profile's system prompt does not apply to a raw prompt
+    constraint = constraint_from_flags(json_schema, json_object, grammar, regex)
     text = _read_prompt(prompt, file)
     backend.set_verbose(verbose)
     quiet_hub_logs(verbose)
@@ -170,10 +180,12 @@ def run(
         terminal.note(describe_settings(s))
     sampling = s.sampling()
     if raw:
-        request = Request(prompt=text, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop))
+        request = Request(prompt=text, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop),
+                          constraint=constraint)
     else:
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
-        request = Request(messages=messages, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop))
+        request = Request(messages=messages, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop),
+                          constraint=constraint)
     with download_bars() as report:
         engine = open_engine(s, offline=offline, progress=report, note=terminal.note,
                              detail=terminal.note if verbose else lambda _: None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.engine import backend, templates
+from localspec.engine.constraint import Constraints
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
@@ -113,6 +114,7 @@ class Engine:
         elif self.spec.mode == "draft":
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         self.load_s = time.perf_counter() - t0
+        self.constraints = Constraints(self.model)
         self.plan = None  # the memory plan and the settings, when opened by open_engine
         self.settings = None
         self._batch = backend.Batch(config.n_batch)
@@ -136,6 +138,8 @@ class Engine:
         """Validate the request and turn it into prompt tokens (in the caller's thread,
         so that bad input fails at once)."""
         _validate(request, self.model.n_vocab)
+        if request.constraint is not None:
+            self.constraints.grammar(request.constraint)  # a bad one fails here, in one sentence
         template = None
         if request.messages is not None:
             rendered = templates.render(
@@ -364,7 +368,9 @@ class Engine:
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
         params = job.request.sampling
-        slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None)
+        constraint = job.request.constraint
+        slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None,
+                               [self.constraints.processor(constraint)] if constraint is not None else None)
         slot.text = TextAssembler(job.request.stop)
         slot.spec = self.policy.start(job.prompt, job.spec)
         slot.job = job

@@ -170,6 +170,11 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
             raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
                                 f"({engine.n_ctx} tokens per slot).", "max_tokens")
+        if request.constraint is not None:  # compiled here (cached), so that a bad one names its field
+            try:
+                await asyncio.to_thread(engine.constraints.grammar, request.constraint)
+            except LocalspecError as exc:
+                raise APIError(400, exc.message, "grammar" if body.grammar is not None else "response_format") from None
         state.admit(slots + config.max_queue, n)
         streams: list[Any] = []
         try:

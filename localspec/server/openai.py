@@ -10,6 +10,7 @@ field, with the message OpenAI's clients show.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Annotated, Any, Literal, Optional, Union
@@ -17,7 +18,17 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from localspec.errors import InvalidRequest
-from localspec.types import MODES, FinishReason, Message, Request, Result, SamplingParams, SpecConfig, TokenEvent
+from localspec.types import (
+    MODES,
+    Constraint,
+    FinishReason,
+    Message,
+    Request,
+    Result,
+    SamplingParams,
+    SpecConfig,
+    TokenEvent,
+)
 
 Number = Union[StrictInt, StrictFloat]
 MAX_STOP = 16  # stop strings per request (OpenAI allows 4; llama-server more)
@@ -78,6 +89,17 @@ class Speculative(_Body):
     ngram_max: Optional[StrictInt] = None
 
 
+class JsonSchemaFormat(_Body):
+    name: Optional[StrictStr] = None
+    schema_: Optional[dict[str, Any]] = Field(default=None, alias="schema")
+    strict: Optional[StrictBool] = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JsonSchemaFormat] = None
+
+
 class StreamOptions(_Body):
     include_usage: StrictBool = False
 
@@ -100,6 +122,8 @@ class _Common(_Body):
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     speculative: Optional[Speculative] = None
+    response_format: Optional[ResponseFormat] = None
+    grammar: Optional[StrictStr] = None  # extension: GBNF, or Lark with a first line %llguidance
 
 
 class ChatRequest(_Common):
@@ -118,8 +142,7 @@ class CompletionRequest(_Common):
 # Fields of features that later work adds: refused until they work, never dropped.
 UNSUPPORTED = {
     "tools": "tool calling", "tool_choice": "tool calling", "functions": "tool calling",
-    "function_call": "tool calling", "response_format": "structured output (response_format)",
-    "parallel_tool_calls": "tool calling",
+    "function_call": "tool calling", "parallel_tool_calls": "tool calling",
 }
 REFUSED = ("chat_template", "chat_template_kwargs")  # a request must not run its own template
 
@@ -225,6 +248,27 @@ def sampling(body: _Common, defaults: SamplingParams, n_vocab: int) -> SamplingP
     )
 
 
+def constraint(body: _Common) -> Constraint | None:
+    """``response_format`` (json_object, json_schema) or the ``grammar`` extension."""
+    fmt = body.response_format
+    if body.grammar is not None and fmt is not None and fmt.type != "text":
+        raise APIError(400, "Give 'response_format' or 'grammar', not both.", "grammar")
+    try:
+        if body.grammar is not None:
+            kind = "lark" if body.grammar.lstrip().startswith("%llguidance") else "gbnf"
+            return Constraint(kind, body.grammar)
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return Constraint("json_object")
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            raise APIError(400, "Invalid 'response_format': a json_schema format needs json_schema.schema.",
+                           "response_format")
+        return Constraint("json_schema", json.dumps(fmt.json_schema.schema_))
+    except InvalidRequest as exc:
+        raise APIError(400, exc.message, "grammar" if body.grammar is not None else "response_format") from None
+
+
 def max_tokens(value: int | None, default: int | None, param: str) -> int | None:
     if value is None:
         return default
@@ -241,7 +285,7 @@ def chat_request(body: ChatRequest, defaults: SamplingParams, spec: SpecConfig, 
     return Request(
         messages=messages, sampling=sampling(body, defaults, n_vocab), max_tokens=max_tokens(limit, default_max, param),
         stop=_stop(body.stop), logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0 if body.logprobs else 0,
-        spec=_spec(body.speculative, spec),
+        spec=_spec(body.speculative, spec), constraint=constraint(body),
     )
 
 
@@ -266,6 +310,7 @@ def completion_request(body: CompletionRequest, defaults: SamplingParams, spec: 
         prompt=text, prompt_tokens=tokens, sampling=sampling(body, defaults, n_vocab),
         max_tokens=max_tokens(body.max_tokens, default_max, "max_tokens"), stop=_stop(body.stop),
         logprobs=body.logprobs is not None, top_logprobs=body.logprobs or 0, spec=_spec(body.speculative, spec),
+        constraint=constraint(body),
     )
 
 

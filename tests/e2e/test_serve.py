@@ -172,6 +172,9 @@ def test_sdk_errors(server: Server):
         c.chat.completions.create(model="gpt-9", messages=MSG)
     with pytest.raises(openai.BadRequestError, match="not supported yet"):
         c.chat.completions.create(model="tiny", messages=MSG, tools=[{"type": "function", "function": {"name": "f"}}])
+    with pytest.raises(openai.BadRequestError) as fmt:
+        c.chat.completions.create(model="tiny", messages=MSG, response_format={"type": "xml"})
+    assert fmt.value.body["param"] == "response_format.type"
 
 
 BAD_BODIES = [
@@ -319,3 +322,29 @@ def test_n_choices_stream_and_not(server: Server):
     assert [texts[0], texts[1]] == [ch.message.content for ch in full.choices]
     with pytest.raises(openai.BadRequestError, match="'n'"):
         c.chat.completions.create(model="tiny", messages=MSG, n=5)
+
+
+def test_response_format_and_grammar(server: Server):
+    c = server.client()
+    schema = {"type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"], "additionalProperties": False}
+    for stream in (False, True):
+        kw = dict(model="tiny", messages=MSG, max_tokens=60, temperature=0.7, seed=1,
+                  response_format={"type": "json_schema", "json_schema": {"name": "ab", "schema": schema}})
+        if stream:
+            text = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(stream=True, **kw)
+                           if ch.choices)
+        else:
+            text = c.chat.completions.create(**kw).choices[0].message.content
+        assert json.loads(text)["a"] in ("x", "y")
+    obj = c.chat.completions.create(model="tiny", messages=MSG, max_tokens=200, temperature=0,
+                                    response_format={"type": "json_object"})
+    assert obj.choices[0].finish_reason == "length" or isinstance(json.loads(obj.choices[0].message.content), dict)
+    status, body = server.post("/v1/completions", {"prompt": "abc", "max_tokens": 20, "temperature": 0,
+                                                   "grammar": 'root ::= "yes" | "no"'})
+    assert status == 200 and body["choices"][0]["text"] in ("yes", "no")
+    with pytest.raises(openai.BadRequestError) as bad:
+        c.chat.completions.create(model="tiny", messages=MSG, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nope"}}})
+    assert bad.value.body["param"] == "response_format" and "JSON schema is not valid" in bad.value.body["message"]
+    status, body = server.post("/v1/completions", {"prompt": "abc", "grammar": "root ::= ("})
+    assert status == 400 and body["error"]["param"] == "grammar"

@@ -1,0 +1,107 @@
+"""Constrained output (llguidance masks) with and without speculation: the same greedy
+tokens, outputs that match, bad constraints refused in one sentence."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from localspec.engine import Engine, EngineConfig
+from localspec.errors import InvalidRequest
+from localspec.types import Constraint, FinishReason, Request, SamplingParams, SpecConfig
+
+GREEDY = SamplingParams(temperature=0.0)
+SPECS = {
+    "off": SpecConfig(mode="off"),
+    "ngram": SpecConfig(mode="ngram", adaptive=False, draft_max=4, draft_p_min=0.0),
+    "draft": SpecConfig(mode="draft", adaptive=False, draft_max=3, draft_p_min=0.0),
+}
+
+
+def ids(stream) -> list[int]:
+    return [e.token_id for e in stream if e.token_id >= 0]
+
+
+@pytest.mark.parametrize("constraint,pattern", [
+    (Constraint("regex", "[ab ]{4,30}"), r"[ab ]{4,30}"),
+    (Constraint("gbnf", 'root ::= "x" ("ab" | "cd")* "y"'), r"x(ab|cd)*([ac]|y)?"),  # cut by max_tokens or whole
+])
+def test_greedy_constrained_output_is_the_same_with_and_without_speculation(tiny_model: Path, tiny_draft: Path,
+                                                                           constraint, pattern):
+    with Engine(tiny_model, EngineConfig(n_ctx=256, draft_model=tiny_draft, spec=SPECS["off"])) as e:
+        out = {}
+        for name, spec in SPECS.items():
+            stream = e.submit(Request(prompt="abc abc abc abc", sampling=GREEDY, max_tokens=40, spec=spec,
+                                      constraint=constraint))
+            out[name] = (ids(stream), stream.result)
+    assert out["off"][0] == out["ngram"][0] == out["draft"][0]
+    text = out["off"][1].text
+    assert re.fullmatch(pattern, text), text
+    assert out["ngram"][1].spec.drafted > 0 and out["draft"][1].spec.drafted > 0
+
+
+SCHEMAS = {
+    "required": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                                   "age": {"type": "integer"}},
+                 "required": ["name", "age"], "additionalProperties": False},
+    "nested arrays": {"type": "object", "properties": {"grid": {"type": "array", "maxItems": 3, "items": {
+        "type": "array", "maxItems": 3, "items": {"type": "integer"}}}}, "required": ["grid"],
+        "additionalProperties": False},
+    "enum": {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}},
+             "required": ["colour"], "additionalProperties": False},
+    "bounded number": {"type": "object", "properties": {"score": {"type": "number", "minimum": 0, "maximum": 10}},
+                       "required": ["score"], "additionalProperties": False},
+    "pattern": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}},
+                "required": ["code"], "additionalProperties": False},
+}
+
+
+@pytest.mark.smollm
+@pytest.mark.parametrize("mode", ["off", "ngram"])
+def test_sampled_json_always_validates(smollm2: Path, mode: str):
+    """SmolLM2 at temperature 0.8: every seeded run under each schema is JSON that the
+    schema accepts."""
+    spec = SpecConfig(mode=mode)
+    with Engine(smollm2, EngineConfig(n_ctx=512)) as e:
+        for name, schema in SCHEMAS.items():
+            for seed in range(12):
+                res = e.generate(Request(prompt=f"Write a JSON object ({name}).", max_tokens=120, spec=spec,
+                                         sampling=SamplingParams(temperature=0.8, seed=seed),
+                                         constraint=Constraint("json_schema", json.dumps(schema))))
+                assert res.finish_reason is FinishReason.EOS, (name, seed, res.text)
+                jsonschema.validate(json.loads(res.text), schema)
+
+
+@pytest.mark.parametrize("constraint,words", [
+    (Constraint("regex", "(["), "regex is not valid"),
+    (Constraint("json_schema", "{not json"), "JSON schema is not valid"),
+    (Constraint("json_schema", '{"type": "object", "properties": {"a": {"$ref": "#/nope"}}}'), "JSON schema is not valid"),
+    (Constraint("gbnf", "root ::= ("), "GBNF grammar is not valid"),
+    (Constraint("lark", "%llguidance {}\nstart: ("), "Lark grammar is not valid"),
+])
+def test_a_bad_constraint_is_refused_before_generation(tiny_engine: Engine, constraint, words):
+    with pytest.raises(InvalidRequest, match=words):
+        tiny_engine.submit(Request(prompt="hi", constraint=constraint))
+    assert tiny_engine.generate(Request(prompt="hi", sampling=GREEDY, max_tokens=3)).usage.completion_tokens == 3
+
+
+def test_the_cli_flags(tiny_model: Path, tmp_path: Path):
+    cli = [sys.executable, "-m", "localspec", "run", str(tiny_model), "--raw", "abc", "-n", "30", "--temperature", "0"]
+    got = subprocess.run(cli + ["--regex", "[ab]{3,9}"], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert re.fullmatch(r"[ab]{3,9}\n", got.stdout)
+    bad = subprocess.run(cli + ["--regex", "(["], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: The regex is not valid") and "Traceback" not in bad.stderr
+    two = subprocess.run(cli + ["--regex", "a", "--json-object"], capture_output=True, text=True, timeout=60)
+    assert two.returncode == 2
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"],
+                                  "additionalProperties": False}))
+    ok = subprocess.run(cli + ["--json-schema", str(schema)], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["a"] in ("x", "y")
