@@ -120,6 +120,12 @@ class ConstraintMask:
         out[: allowed.size][~allowed] = -np.inf
         return out
 
+    def allowed_prefix(self, before: list[int], tokens: list[int]) -> int:
+        """How many of ``tokens`` the grammar allows after ``before`` (an n-gram proposal
+        is cut there before its length is chosen)."""
+        self._follow(before)
+        return self.matcher.validate_tokens(tokens) if tokens else 0
+
     def _follow(self, tokens: list[int]) -> None:
         """Roll back to the common prefix with ``tokens`` and consume the rest. Only a
         prefix the grammar allowed is ever shown (a rejected draft is never verified

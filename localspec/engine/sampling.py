@@ -200,6 +200,16 @@ class Sampler:
             return distribution(logits, self.params)
         return distribution(logits, self.params, self.history + extra if extra else self.history)
 
+    def allowed_prefix(self, tokens: list[int]) -> int:
+        """How many of ``tokens``, following the output so far, every processor that
+        constrains allows (all of them when none does): a draft past that is rejected."""
+        n = len(tokens)
+        for process in self.processors:
+            check = getattr(process, "allowed_prefix", None)
+            if check is not None:
+                n = min(n, check(self.output, tokens[:n]))
+        return n
+
     def uniform(self, offset: int = 0) -> float:
         """The uniform for output position ``position + offset``."""
         return float(np.random.default_rng((1, self.seed, self.position + offset)).random())

@@ -403,3 +403,21 @@ def test_in_a_shared_batch_a_draft_must_pay_for_the_whole_step(table, alone_at_l
     assert drafted <= shared_at_most and (drafted > 0) == (shared_at_most > 0)
     costs = policy.costs
     assert costs.target(4 + drafted) <= costs.target(4) * 1.05 + 1e-12
+
+
+class AllowsTwo:
+    """A constraint stand-in (the real one is tested end to end): any two tokens."""
+
+    def __call__(self, tokens, logits):
+        return logits
+
+    def allowed_prefix(self, before, tokens):
+        return min(2, len(tokens))
+
+
+def test_an_ngram_proposal_is_cut_where_the_constraint_rejects_it():
+    policy = SpecPolicy(None, costs=costs_from(FLAT))
+    view = _deep_in_a_copy(policy)
+    view.sampler = Sampler(SamplingParams(temperature=0.0), processors=[AllowsTwo()])
+    proposal = policy.propose([view], 1)[0]
+    assert proposal.tokens == [160, 161]  # what followed the copied source, cut at 2

@@ -200,6 +200,8 @@ class SpecPolicy:
                 continue
             if spec.ngram is not None:
                 order, tokens, start = spec.ngram.propose(room)
+                if tokens and slot.sampler is not None:  # cut where the request's constraint rejects it
+                    tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
                 if tokens:
                     expected = spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order)
                     k = self._choose(spec, len(tokens), expected, 0.0)
