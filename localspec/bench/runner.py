@@ -19,26 +19,28 @@ from typing import Any
 from localspec.bench.report import RunRecord
 from localspec.bench.suite import BenchPrompt
 from localspec.engine import Engine
-from localspec.types import Message, Request, SamplingParams, SpecConfig
+from localspec.types import Constraint, Message, Request, SamplingParams, SpecConfig
 
 GREEDY = SamplingParams(temperature=0.0, seed=0)
 
 
-def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: SpecConfig):
+def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: SpecConfig,
+              constraint: Constraint | None = None):
     stream = engine.submit(
         Request(messages=[Message("user", prompt.prompt)], sampling=GREEDY, max_tokens=max_tokens, spec=spec,
-                cache_prompt=False)
+                cache_prompt=False, constraint=constraint)
     )
     ids = [e.token_id for e in stream if e.token_id >= 0]
     return ids, stream.result
 
 
-def _margin_at(engine: Engine, prompt: BenchPrompt, plain: list[int], position: int) -> float | None:
+def _margin_at(engine: Engine, prompt: BenchPrompt, plain: list[int], position: int,
+               constraint: Constraint | None = None) -> float | None:
     """The plain run's top-2 logit gap at ``position``: decoded again the plain way (one
     token at a time), since a prefill of the same tokens goes through other kernels."""
     stream = engine.submit(
         Request(messages=[Message("user", prompt.prompt)], sampling=GREEDY, max_tokens=position + 1,
-                spec=SpecConfig(mode="off"), margins=True, cache_prompt=False)
+                spec=SpecConfig(mode="off"), margins=True, cache_prompt=False, constraint=constraint)
     )
     events = [e for e in stream if e.token_id >= 0]
     if len(events) <= position or [e.token_id for e in events[:position]] != plain[:position]:
@@ -56,9 +58,11 @@ def run(
     repeat: int = 1,
     on_record: Callable[[RunRecord], None] | None = None,
     reference: Callable[[list[int], int], float] | None = None,
+    constraint: Constraint | None = None,
 ) -> list[RunRecord]:
     """Plain, then every mode (and every draft_max of ``sweep``), for each prompt; with
-    ``reference`` (prompt tokens, max tokens -> tok/s), raw llama.cpp on the same prompt.
+    ``reference`` (prompt tokens, max tokens -> tok/s), raw llama.cpp on the same prompt;
+    with ``constraint``, every run under it (plain too).
 
     A machine's speed drifts by tens of percent within minutes (clocks, neighbours), so
     with ``repeat`` > 1 each round times plain and every variant back to back (in
@@ -67,7 +71,7 @@ def run(
     variants = [(mode, dm) for mode in modes for dm in (sweep or [base.draft_max])]
     records: list[RunRecord] = []
     plain_spec = replace(base, mode="off")
-    _generate(engine, BenchPrompt("warm-up", "warm-up", "Say hello."), 48, plain_spec)
+    _generate(engine, BenchPrompt("warm-up", "warm-up", "Say hello."), 48, plain_spec, constraint)
     for prompt in prompts:
         plain: list[int] = []
         plain_rates: list[float] = []
@@ -76,12 +80,12 @@ def run(
             order = [None, *variants] if r % 2 == 0 else [*variants, None]
             for variant in order:
                 if variant is None:
-                    ids, res = _generate(engine, prompt, max_tokens, plain_spec)
+                    ids, res = _generate(engine, prompt, max_tokens, plain_spec, constraint)
                     plain = plain or ids
                     plain_rates.append(res.timings.decode_tokens_per_s)
                 else:
                     spec = replace(base, mode=variant[0], draft_max=variant[1])
-                    runs[variant].append(_generate(engine, prompt, max_tokens, spec))
+                    runs[variant].append(_generate(engine, prompt, max_tokens, spec, constraint))
         plain_tps = statistics.median(plain_rates)
         rec = RunRecord(prompt.name, prompt.kind, "off", None, len(plain), plain_tps, 1.0, "off",
                         ratios=[1.0] * len(plain_rates))
@@ -113,7 +117,7 @@ def run(
                 ratios=[round(x, 4) for x in ratios],
             )
             if diff is not None and diff < len(plain):
-                rec.plain_margin = _margin_at(engine, prompt, plain, diff)
+                rec.plain_margin = _margin_at(engine, prompt, plain, diff, constraint)
             records.append(rec)
             if on_record:
                 on_record(rec)

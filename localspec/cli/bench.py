@@ -19,11 +19,16 @@ from localspec.cli._common import (
     DraftMin,
     DraftPMin,
     GpuLayers,
+    Grammar,
+    JsonObject,
+    JsonSchema,
     KvType,
     NgramMax,
     NgramMin,
     Offline,
+    Regex,
     Threads,
+    constraint_from_flags,
     settings_from_context,
     user_errors,
 )
@@ -108,6 +113,10 @@ def bench(
     draft_p_min: DraftPMin = D["draft_p_min"],
     ngram_min: NgramMin = D["ngram_min"],
     ngram_max: NgramMax = D["ngram_max"],
+    json_schema: JsonSchema = None,
+    json_object: JsonObject = False,
+    grammar: Grammar = None,
+    regex: Regex = None,
     vs_llama_cpp: bool = typer.Option(
         False, "--vs-llama-cpp", help="Also decode each prompt plainly with llama-cpp-python's own Llama class, for a raw llama.cpp yardstick."
     ),
@@ -138,6 +147,7 @@ def bench(
         raise typer.BadParameter("values must be between 1 and 64", param_hint="--sweep")
     if sweep_values and min(sweep_values) < s.draft_min:
         raise typer.BadParameter(f"values must not be below --draft-min ({s.draft_min})", param_hint="--sweep")
+    constraint = constraint_from_flags(json_schema, json_object, grammar, regex)
     prompts = load_prompts(prompts_file) if prompts_file else builtin_suite()
     if only:
         prompts = [p for p in prompts if only in p.name or only in p.kind]
@@ -166,7 +176,7 @@ def bench(
         records = runner.run(
             engine, prompts, mode_list, max_tokens=max_tokens, sweep=sweep_values, repeat=repeat,
             reference=reference if vs_llama_cpp else None,
-            on_record=_progress,
+            on_record=_progress, constraint=constraint,
         )
         costs = {b: round(t * 1e3, 2) for b, t in engine.costs.snapshot().items()}
         draft_ms = round(engine.costs.draft_step * 1e3, 2)

@@ -99,3 +99,16 @@ def test_bench_against_raw_llama_cpp(tiny_model: Path):
     plain = [r for r in json.loads(res.stdout)["runs"] if r["mode"] == "off"]
     assert plain and all(r["llama_cpp_tokens_per_s"] > 0 for r in plain)
     assert "llama.cpp" in res.stderr
+
+
+def test_bench_under_a_constraint(tiny_model: Path):
+    """Every run of the bench (plain too) under the same grammar: the output is as
+    constrained (at most 12 tokens of a or b: fewer than asked for) and the same with
+    drafts; a bad grammar is one sentence."""
+    res = runner.invoke(app, ["bench", str(tiny_model), "-n", "40", "--only", "code-edit-1", "--repeat", "1",
+                              "--regex", "[ab]{1,12}", "--json"])
+    assert res.exit_code == 0, res.stderr
+    runs = json.loads(res.stdout)["runs"]
+    assert all(0 < r["tokens"] <= 13 for r in runs) and all(r["identical"] for r in runs)
+    bad = runner.invoke(app, ["bench", str(tiny_model), "--only", "code-edit-1", "--regex", "(["])
+    assert bad.exit_code == 1 and "regex is not valid" in bad.stderr

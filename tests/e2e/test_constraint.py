@@ -105,3 +105,26 @@ def test_the_cli_flags(tiny_model: Path, tmp_path: Path):
                                   "additionalProperties": False}))
     ok = subprocess.run(cli + ["--json-schema", str(schema)], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and json.loads(ok.stdout)["a"] in ("x", "y")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_a_thousand_distinct_schemas_leave_memory_bounded(tiny_model: Path):
+    from localspec.engine.constraint import GRAMMAR_CACHE
+
+    with Engine(tiny_model, EngineConfig(n_ctx=128, spec=SpecConfig(mode="off"))) as e:
+        def schema(i: int) -> Constraint:
+            return Constraint("json_schema", json.dumps({"type": "object", "properties": {f"k{i}": {"type": "integer"}},
+                                                         "required": [f"k{i}"], "additionalProperties": False}))
+        for i in range(100):  # warm: the tokenizer, the allocator's pools
+            e.constraints.grammar(schema(i))
+        before = _rss()
+        for i in range(100, 1100):
+            e.constraints.grammar(schema(i))
+            if i % 50 == 0:
+                assert e.generate(Request(prompt="x", sampling=GREEDY, max_tokens=12, constraint=schema(i))).text
+        assert len(e.constraints._grammars) == GRAMMAR_CACHE
+        assert _rss() - before < 64 << 20
