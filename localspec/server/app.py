@@ -26,7 +26,7 @@ from localspec.errors import EngineClosed, LocalspecError, PromptTooLong
 from localspec.server import auth, openai
 from localspec.server.metrics import Metrics
 from localspec.server.openai import APIError
-from localspec.types import FinishReason, Request, Result, SamplingParams, SpecConfig
+from localspec.types import FinishReason, Request, Result, SamplingParams
 
 BODY_LIMIT = 8 << 20  # bytes: a long code file in a prompt fits many times over
 DISCONNECT_POLL_S = 0.2  # how often a non-streaming request looks for its client
