@@ -1,0 +1,93 @@
+"""A request as the engine takes it: every field range-checked, the prompt rendered (chat
+template) and tokenized, all in the caller's thread, so that bad input is one sentence
+to the caller and never a failure on the engine thread."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from localspec.engine import templates
+from localspec.errors import InvalidRequest, PromptTooLong
+from localspec.types import Request
+
+
+def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], str | None]:
+    """The prompt's tokens, and the chat template that rendered it (None: raw)."""
+    template = None
+    if request.messages is not None:
+        rendered = templates.render(
+            request.messages,
+            model.chat_template,
+            bos_token=model.vocab.bos_text,
+            eos_token=model.vocab.eos_text,
+            builtin=model.apply_builtin_template,
+            builtin_name=model.builtin_template_name,
+        )
+        text, template = rendered.text, rendered.source
+        bos = model.vocab.bos_text
+        add_special = not (bos and text.startswith(bos))
+    elif request.prompt_tokens is not None:
+        text = None
+    else:
+        text, add_special = request.prompt or "", True
+    if text is None:
+        tokens = list(request.prompt_tokens or [])
+        if any(not 0 <= t < model.n_vocab for t in tokens):
+            raise InvalidRequest(f"Prompt token ids must be in [0, {model.n_vocab}).")
+    else:
+        tokens = model.tokenize(text, add_special=add_special, parse_special=True)
+    if not tokens:
+        raise InvalidRequest("The prompt is empty.")
+    if len(tokens) >= n_ctx:
+        raise PromptTooLong(
+            f"The prompt is {len(tokens)} tokens but the context holds {n_ctx}; "
+            f"shorten it or raise --ctx-size (this model supports up to "
+            f"{model.n_ctx_train})."
+        )
+    return tokens, template
+
+
+def check(request: Request, n_vocab: int) -> None:
+    """Range-check every field up front, in the caller's thread: a bad value is one
+    sentence to the caller, never a failure on the engine thread."""
+    if request.prompt is None and request.messages is None and request.prompt_tokens is None:
+        raise InvalidRequest("A request needs a prompt, messages or prompt tokens.")
+    if request.prompt is not None and not request.prompt.strip():
+        raise InvalidRequest("The prompt is empty.")
+    if request.messages is not None and not any(m.content.strip() for m in request.messages):
+        raise InvalidRequest("The prompt is empty.")
+    s = request.sampling
+    for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidRequest(f"{name} must be a number, not {value!r}.")
+    for name in ("top_k", "penalty_last_n"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidRequest(f"{name} must be an integer, not {value!r}.")
+    if not 0.0 < s.top_p <= 1.0:
+        raise InvalidRequest(f"top_p must be in (0, 1], not {s.top_p}.")
+    if not 0.0 <= s.min_p <= 1.0:
+        raise InvalidRequest(f"min_p must be in [0, 1], not {s.min_p}.")
+    if s.repeat_penalty <= 0.0:
+        raise InvalidRequest(f"repeat_penalty must be positive, not {s.repeat_penalty}.")
+    if s.temperature < 0.0:
+        raise InvalidRequest(f"temperature must be 0 or more, not {s.temperature}.")
+    if s.penalty_last_n < 0:
+        raise InvalidRequest(f"penalty_last_n must be 0 or more, not {s.penalty_last_n}.")
+    if s.seed is not None and (isinstance(s.seed, bool) or not isinstance(s.seed, int)):
+        raise InvalidRequest(f"seed must be an integer, not {s.seed!r}.")
+    for token, bias in (s.logit_bias or {}).items():
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n_vocab:
+            raise InvalidRequest(f"logit_bias token ids must be in [0, {n_vocab}), not {token!r}.")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100.0 <= bias <= 100.0:
+            raise InvalidRequest(f"logit_bias values must be from -100 to 100, not {bias!r} (token {token}).")
+    if request.max_tokens is not None and (isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int)
+                                           or request.max_tokens < 1):
+        raise InvalidRequest(f"max_tokens must be at least 1, not {request.max_tokens}.")
+    if isinstance(request.top_logprobs, bool) or not isinstance(request.top_logprobs, int) \
+            or not 0 <= request.top_logprobs <= 20:
+        raise InvalidRequest(f"top_logprobs must be from 0 to 20, not {request.top_logprobs!r}.")
+    if not all(isinstance(x, str) for x in request.stop):
+        raise InvalidRequest("stop must be a list of strings.")
