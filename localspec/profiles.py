@@ -43,6 +43,7 @@ class Profile(_Section):
     model: str | None = None
     draft: str | None = None
     system: str | None = None
+    json_schema: str | None = None  # a file, relative to the profile's own directory
     speculation: Speculation = Speculation()  # type: ignore[valid-type]
     sampling: Sampling = Sampling()  # type: ignore[valid-type]
     context: Context = Context()  # type: ignore[valid-type]
@@ -68,7 +69,7 @@ class Profile(_Section):
     def flat(self) -> dict[str, Any]:
         """The settings this profile sets, under the command-line option names."""
         out: dict[str, Any] = {}
-        for key in ("model", "draft", "system"):
+        for key in ("model", "draft", "system", "json_schema"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         for section, rename in ((self.speculation, {"mode": "spec"}), (self.sampling, {}), (self.context, {})):
@@ -155,7 +156,14 @@ def load_file(path: Path) -> Profile:
         raise ProfileError(f"Cannot read the profile {path}: {exc.strerror}.") from exc
     except UnicodeDecodeError:
         raise ProfileError(f"{path} is not UTF-8 text.") from None
-    return parse(text, str(path))
+    profile = parse(text, str(path))
+    if profile.json_schema is not None:  # a schema file beside the profile, found from anywhere
+        schema = path.parent / Path(profile.json_schema).expanduser()
+        if not schema.is_file():
+            raise ProfileError(f"{path}: json_schema names {profile.json_schema}, which is not a file "
+                               f"(looked for {schema}).")
+        profile = profile.model_copy(update={"json_schema": str(schema.resolve())})
+    return profile
 
 
 def parse(text: str, where: str) -> Profile:

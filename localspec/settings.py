@@ -49,6 +49,7 @@ class Settings(BaseModel):
     model: Optional[str] = None
     draft: Optional[str] = None
     system: Optional[str] = None
+    json_schema: Optional[str] = None  # a schema file (or its text) the output must match
     # speculation
     spec: Annotated[Literal[MODES], BeforeValidator(_lower)] = D["spec"]  # type: ignore[valid-type]
     draft_max: Annotated[int, Field(ge=1, le=64)] = D["draft_max"]

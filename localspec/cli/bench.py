@@ -147,7 +147,8 @@ def bench(
         raise typer.BadParameter("values must be between 1 and 64", param_hint="--sweep")
     if sweep_values and min(sweep_values) < s.draft_min:
         raise typer.BadParameter(f"values must not be below --draft-min ({s.draft_min})", param_hint="--sweep")
-    constraint = constraint_from_flags(json_schema, json_object, grammar, regex)
+    schema = json_schema if json_object or grammar or regex else s.json_schema  # a flag over the profile's
+    constraint = constraint_from_flags(schema, json_object, grammar, regex)
     prompts = load_prompts(prompts_file) if prompts_file else builtin_suite()
     if only:
         prompts = [p for p in prompts if only in p.name or only in p.kind]

@@ -172,7 +172,8 @@ def run(
         if s.sources["system"] in ("flag",) or s.sources["system"].startswith("env"):
             raise typer.BadParameter("--system needs the chat template; drop --raw.", param_hint="--system")
         system = None  # a profile's system prompt does not apply to a raw prompt
-    constraint = constraint_from_flags(json_schema, json_object, grammar, regex)
+    schema = json_schema if json_object or grammar or regex else s.json_schema  # a flag over the profile's
+    constraint = constraint_from_flags(schema, json_object, grammar, regex)
     text = _read_prompt(prompt, file)
     backend.set_verbose(verbose)
     quiet_hub_logs(verbose)

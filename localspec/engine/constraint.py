@@ -26,6 +26,23 @@ GRAMMAR_CACHE = 64  # compiled grammars kept (a thousand distinct schemas stay b
 # into whitespace (a random one does at once) would otherwise fill max_tokens with it.
 JSON_OPTIONS = {"whitespace_flexible": True, "whitespace_pattern": r"(\x20|\x0A[\x20\x09]{0,20})?"}
 
+# A number the model writes is bounded as llama.cpp's json-schema-to-grammar bounds it (16
+# integer digits), and its fraction to 10 digits (llguidance's finest multipleOf): without
+# a bound a sampled model can run "0.1234..." to max_tokens inside a valid number (SmolLM2
+# at temperature 0.8 did, at seed 49 of 50). Only tightens: the output stays schema-valid.
+NUMBER_LIMIT = 9_999_999_999_999_999
+FRACTION_STEP = 1e-10
+# llguidance's resource limits, named here so they are ours to see and change (its own
+# defaults; ~14k lexer fuel is a millisecond): a grammar past them is refused in one sentence.
+LIMITS = {
+    "max_grammar_size": 500_000,  # grammar symbols after compiling
+    "initial_lexer_fuel": 1_000_000,  # building the lexer (~20 ms)
+    "step_lexer_fuel": 200_000,  # one mask (~14 ms at worst; typical masks take 0.1-0.5 ms)
+    "step_max_items": 50_000,  # Earley items in one step
+    "max_items_in_row": 2_000,
+    "max_lexer_states": 250_000,
+}
+_DATA_KEYS = frozenset({"const", "enum", "default", "examples", "required"})
 _DESCRIBE = {"json_schema": "JSON schema", "json_object": "JSON object", "gbnf": "GBNF grammar",
              "lark": "Lark grammar", "regex": "regex"}
 
@@ -38,12 +55,12 @@ def to_grammar(constraint: Constraint) -> str:
     kind, text = constraint.kind, constraint.text
     try:
         if kind == "json_object":
-            return LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)
+            return LLMatcher.grammar_from_json_schema(any_object(), defaults=JSON_OPTIONS)
         if kind == "json_schema":
             schema = json.loads(text)
             if not isinstance(schema, dict):
                 raise ValueError("a JSON schema is a JSON object")
-            return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+            return LLMatcher.grammar_from_json_schema(bound_numbers(schema), defaults=JSON_OPTIONS)
         if kind == "regex":
             return LLMatcher.grammar_from_regex(text)
         if kind == "lark":
@@ -53,6 +70,41 @@ def to_grammar(constraint: Constraint) -> str:
     except Exception as exc:  # the library's own words, in one sentence
         raise InvalidRequest(f"The {_DESCRIBE[kind]} is not valid: {_first_line(exc)}.") from None
     raise InvalidRequest(f"Unknown constraint kind {kind!r}.")
+
+
+def bound_numbers(schema: Any) -> Any:
+    """A copy of ``schema`` whose number and integer nodes carry the digit bounds above
+    where they have none of their own (values under const, enum and the like are data,
+    left alone)."""
+    if isinstance(schema, list):
+        return [bound_numbers(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: value if key in _DATA_KEYS else bound_numbers(value) for key, value in schema.items()}
+    types = out.get("type")
+    types = {types} if isinstance(types, str) else set(types) if isinstance(types, list) else set()
+    if types & {"number", "integer"}:
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = -NUMBER_LIMIT
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = NUMBER_LIMIT
+        if "number" in types and "multipleOf" not in out:
+            out["multipleOf"] = FRACTION_STEP
+    return out
+
+
+def any_object() -> dict[str, Any]:
+    """Any JSON object, its numbers bounded as in ``bound_numbers``."""
+    value = {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "string"}, {"type": "number"},
+                       {"type": "array", "items": {"$ref": "#/$defs/value"}},
+                       {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}}]}
+    return bound_numbers({"$defs": {"value": value}, "type": "object", "additionalProperties": {"$ref": "#/$defs/value"}})
+
+
+def limits() -> Any:
+    from llguidance import LLParserLimits
+
+    return LLParserLimits(**LIMITS)
 
 
 def _first_line(exc: Any) -> str:
@@ -83,8 +135,9 @@ class Constraints:
             if key in self._grammars:
                 self._grammars.move_to_end(key)
                 return self._grammars[key]
+        tokenizer = self.model.guidance_tokenizer()
         grammar = to_grammar(constraint)
-        error = LLMatcher.validate_grammar(grammar, self.model.guidance_tokenizer())
+        error = LLMatcher.validate_grammar(grammar, tokenizer, limits=limits())
         if error:
             raise InvalidRequest(f"The {_DESCRIBE[constraint.kind]} is not valid: {_first_line(error)}.")
         with self._lock:
@@ -96,7 +149,8 @@ class Constraints:
     def processor(self, constraint: Constraint) -> ConstraintMask:
         from llguidance import LLMatcher
 
-        matcher = LLMatcher(self.model.guidance_tokenizer(), self.grammar(constraint), log_level=0)
+        matcher = LLMatcher(self.model.guidance_tokenizer(), self.grammar(constraint), log_level=0,
+                             limits=limits())
         if matcher.is_error():
             raise InvalidRequest(f"The {_DESCRIBE[constraint.kind]} is not valid: {_first_line(matcher.get_error())}.")
         return ConstraintMask(matcher, self.model.n_vocab)
@@ -115,10 +169,13 @@ class ConstraintMask:
     def __call__(self, tokens: list[int], logits: np.ndarray) -> np.ndarray:
         self._follow(tokens)
         bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
-        allowed = np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
-        out = np.array(logits, dtype=np.float32, copy=True)
-        out[: allowed.size][~allowed] = -np.inf
-        return out
+        allowed = np.unpackbits(bits, count=logits.shape[0], bitorder="little").view(bool)
+        return np.where(allowed, logits, np.float32(-np.inf))
+
+    def allows(self, tokens: list[int], token: int) -> bool:
+        """Whether the grammar allows ``token`` after ``tokens`` (microseconds; no mask)."""
+        self._follow(tokens)
+        return self.matcher.validate_tokens([token]) == 1
 
     def allowed_prefix(self, before: list[int], tokens: list[int]) -> int:
         """How many of ``tokens`` the grammar allows after ``before`` (an n-gram proposal

@@ -191,14 +191,30 @@ class Sampler:
     def distribution(self, logits: np.ndarray, extra: list[int] | None = None) -> Distribution:
         """The distribution after the accepted history plus ``extra`` tokens (drafts
         being verified, which the penalties and processors must see as if they were
-        accepted)."""
-        if self.processors:
-            seen = self.output + extra if extra else self.output
-            for process in self.processors:
+        accepted).
+
+        Under greedy decoding a mask (a processor with ``allows``: the grammar) is
+        checked on the best token first and applied in full only when it refuses it, as
+        llama.cpp's grammar sampler does: the argmax of the masked logits is the unmasked
+        one whenever the mask allows that, so the token is the same, at 3 microseconds a
+        check instead of 0.3 ms a full mask (150k vocabulary)."""
+        history = (self.history + extra if extra else self.history) if self.params.penalized else None
+        if not self.processors:
+            return distribution(logits, self.params, history)
+        seen = self.output + extra if extra else self.output
+        masks = []
+        for process in self.processors:
+            if hasattr(process, "allows"):
+                masks.append(process)
+            else:
                 logits = process(seen, logits)
-        if not self.params.penalized:
-            return distribution(logits, self.params)
-        return distribution(logits, self.params, self.history + extra if extra else self.history)
+        if masks and self.params.greedy:
+            best = distribution(logits, self.params, history)
+            if all(mask.allows(seen, int(best.ids[0])) for mask in masks):
+                return best
+        for mask in masks:
+            logits = mask(seen, logits)
+        return distribution(logits, self.params, history)
 
     def allowed_prefix(self, tokens: list[int]) -> int:
         """How many of ``tokens``, following the output so far, every processor that

@@ -348,3 +348,8 @@ def test_response_format_and_grammar(server: Server):
     assert bad.value.body["param"] == "response_format" and "JSON schema is not valid" in bad.value.body["message"]
     status, body = server.post("/v1/completions", {"prompt": "abc", "grammar": "root ::= ("})
     assert status == 400 and body["error"]["param"] == "grammar"
+    huge = "root ::= " + " ".join(f'"{i}"' for i in range(40_000))  # 270 KB: past the size limit
+    status, body = server.post("/v1/completions", {"prompt": "abc", "grammar": huge})
+    assert status == 400 and body["error"]["param"] == "grammar" and "at most" in body["error"]["message"]
+    status, body = server.post("/v1/completions", {"prompt": "abc", "max_tokens": 2})
+    assert status == 200

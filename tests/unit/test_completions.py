@@ -17,7 +17,7 @@ COMPLETIONS = Path(__file__).resolve().parents[2] / "completions"
 @pytest.mark.parametrize("shell", sorted(FILES))
 def test_the_committed_script_is_current(shell: str) -> None:
     committed = (COMPLETIONS / FILES[shell]).read_text()
-    assert committed == script(shell), f"regenerate with: python -m localspec.cli.completion"
+    assert committed == script(shell), "regenerate with: python -m localspec.cli.completion"
 
 
 def _complete(words: str, tmp_path: Path) -> list[str]:

@@ -127,3 +127,23 @@ def test_the_plain_defaults_are_the_settings_defaults() -> None:
     from localspec import defaults, settings
 
     assert settings.DEFAULTS == defaults.DEFAULTS
+
+
+def test_a_profile_names_a_schema_file_beside_it(config_dir: Path, tiny_model: Path) -> None:
+    """``json_schema: FILE`` (relative to the profile) constrains `run`; a constraint flag
+    overrides it; a missing file is an error naming the profile."""
+    import json
+    import re
+
+    _user_profile(config_dir, "tiny", f"model: {tiny_model}\njson_schema: ab.json\nsampling:\n  temperature: 0.0\n"
+                  "  max_tokens: 30\ncontext:\n  ctx_size: 256\n")
+    (config_dir / "profiles" / "ab.json").write_text(json.dumps(
+        {"type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"], "additionalProperties": False}))
+    got = runner.invoke(app, ["run", "tiny", "--raw", "abc"])
+    assert got.exit_code == 0, got.stderr
+    assert json.loads(got.stdout)["a"] in ("x", "y")
+    over = runner.invoke(app, ["run", "tiny", "--raw", "abc", "--regex", "[ab]{3,9}"])
+    assert over.exit_code == 0 and re.fullmatch(r"[ab]{3,9}\n", over.stdout), over.stderr
+    (config_dir / "profiles" / "ab.json").unlink()
+    gone = runner.invoke(app, ["run", "tiny", "--raw", "abc"])
+    assert gone.exit_code == 1 and "json_schema names ab.json, which is not a file" in gone.stderr
