@@ -24,6 +24,7 @@ from localspec.types import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from localspec.conversation import Conversation
     from localspec.engine import Engine, EngineConfig, Stream
     from localspec.loader import open_engine
     from localspec.settings import Settings
@@ -40,6 +41,10 @@ def __getattr__(name: str) -> Any:
         from localspec.loader import open_engine
 
         return open_engine
+    if name == "Conversation":
+        from localspec.conversation import Conversation
+
+        return Conversation
     if name == "Settings":
         from localspec.settings import Settings
 
@@ -48,6 +53,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Conversation",
     "Engine",
     "EngineConfig",
     "FinishReason",

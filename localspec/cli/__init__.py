@@ -8,6 +8,7 @@ import typer
 
 from localspec import __version__
 from localspec.cli import bench as _bench
+from localspec.cli import chat as _chat
 from localspec.cli import doctor as _doctor
 from localspec.cli import info as _info
 from localspec.cli import ls as _ls
@@ -45,6 +46,7 @@ def _root(
 
 
 app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
+app.command("chat", help=_chat.HELP, epilog=_chat.EPILOG)(_chat.chat)
 app.command("serve", help=_serve.HELP, epilog=_serve.EPILOG)(_serve.serve)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
