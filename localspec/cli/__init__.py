@@ -7,6 +7,7 @@ import sys
 import typer
 
 from localspec import __version__
+from localspec.cli import batch as _batch
 from localspec.cli import bench as _bench
 from localspec.cli import chat as _chat
 from localspec.cli import doctor as _doctor
@@ -47,6 +48,7 @@ def _root(
 
 app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
 app.command("chat", help=_chat.HELP, epilog=_chat.EPILOG)(_chat.chat)
+app.command("batch", help=_batch.HELP, epilog=_batch.EPILOG)(_batch.batch)
 app.command("serve", help=_serve.HELP, epilog=_serve.EPILOG)(_serve.serve)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
