@@ -158,15 +158,20 @@ def run(
     draft_gpu_layers: DraftGpuLayers = D["draft_gpu_layers"],
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
     stats: bool = typer.Option(False, "--stats", help="Print speed and token counts on stderr."),
+    n: int = typer.Option(1, "--n", min=1, max=64, help="Answers to sample from the one prompt (prefilled once; "
+                          "with --seed S, answer i samples with seed S+i)."),
     verbose: Verbose = False,
     offline: Offline = False,
 ) -> None:
     from localspec.cli._models import download_bars, quiet_hub_logs
     from localspec.engine import backend
     from localspec.loader import open_engine
+    from localspec.settings import updated
 
     model, prompt = _split_model_and_prompt(model, prompt)
     s = settings_from_context(ctx, model)
+    if n > s.slots:  # each answer has a slot of its own
+        s = updated(s, {"slots": n}, "--n")
     system = s.system
     if raw and system:
         if s.sources["system"] in ("flag",) or s.sources["system"].startswith("env"):
@@ -192,6 +197,12 @@ def run(
                              detail=terminal.note if verbose else lambda _: None)
     path = engine.model.path
     colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
+    if n > 1:
+        try:
+            _several(engine, request, n, path, as_json=as_json, stats=stats)
+        finally:
+            engine.close()
+        return
     try:
         stream = engine.submit(request)
         if verbose:
@@ -219,6 +230,32 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if result.finish_reason is FinishReason.ERROR:
         raise LocalspecError(result.error or "Generation failed.")
+
+
+def _several(engine, request: Request, n: int, path: Path, *, as_json: bool, stats: bool) -> None:
+    """--n: the answers, each when all are done, in order (JSON: one line each, with its
+    index); a header on stderr before each in text mode."""
+    streams = engine.submit_n(request, n)
+    try:
+        results = [stream.wait() for stream in streams]
+    except KeyboardInterrupt:
+        for stream in streams:
+            stream.cancel()
+        raise
+    for i, result in enumerate(results):
+        if as_json:
+            record = {"index": i, **result_record(result, model=str(path), load_s=engine.load_s)}
+            sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.flush()
+            terminal.note(f"answer {i + 1} of {n}")
+            sys.stdout.write(result.text if result.text.endswith("\n") else result.text + "\n")
+        sys.stdout.flush()
+        if stats:
+            terminal.note(terminal.stats_line(result, engine.load_s))
+    failed = [r for r in results if r.finish_reason is FinishReason.ERROR]
+    if failed:
+        raise LocalspecError(failed[0].error or "Generation failed.")
 
 
 def _finish(result: Result, path: Path, load_s: float, *, as_json: bool, stats: bool) -> None:
