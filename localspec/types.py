@@ -134,6 +134,11 @@ class Request:
     # benchmark turns it off so that runs differ only in speculation.
     cache_prompt: bool = True
     constraint: Constraint | None = None  # the output must match it (JSON schema, grammar, regex)
+    # Beam search with this many hypotheses (each on a KV slot of its own; no sampling, no
+    # speculation); scored by summed logprob / length ** length_penalty.
+    beams: int | None = None
+    length_penalty: float = 1.0
+    early_stopping: bool = False  # stop as soon as `beams` hypotheses have ended
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,15 @@ class SpecStats:
 
 
 @dataclass(frozen=True)
+class BeamHypothesis:
+    text: str
+    score: float  # logprob / tokens ** length_penalty
+    logprob: float
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True)
 class Result:
     """How a stream ended; ``error`` holds the sentence when finish_reason is ERROR."""
 
@@ -206,3 +220,4 @@ class Result:
     template: str | None = None  # which chat template rendered the prompt
     error: str | None = None
     spec: SpecStats | None = None
+    beams: tuple[BeamHypothesis, ...] = ()  # beam search: every kept hypothesis, best first

@@ -94,6 +94,14 @@ class Chat:
         self.conversation.max_tokens = settings.max_tokens
         self.conversation.spec = settings.spec_config()
 
+    def handle(self, line: str) -> bool:
+        """A line typed: a slash command or a message; False when the chat should end."""
+        if line.lstrip().startswith("/"):
+            return self.command(line.strip())
+        if line.strip():
+            self.answer(line)
+        return True
+
     # ------------------------------------------------------------------ one answer
 
     def answer(self, text: str) -> None:
@@ -349,27 +357,16 @@ def _terminal_loop(chat: Chat) -> None:
             continue
         except EOFError:  # Ctrl-D at an empty prompt
             return
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("/"):
-            if not chat.command(line.strip()):
-                return
-            continue
-        chat.answer(line)
+        if not chat.handle(line):
+            return
 
 
 def _line_loop(chat: Chat) -> None:
     """stdin is not a terminal: each line is a message (or a command); each answer is
-    printed when it is done, followed by a newline."""
+    printed as it comes, then a newline."""
     for raw in sys.stdin:
-        line = raw.rstrip("\n")
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("/"):
-            if not chat.command(line.strip()):
-                return
-            continue
-        chat.answer(line)
+        if not chat.handle(raw.rstrip("\n")):
+            return
 
 
 # ---------------------------------------------------------------------- the command

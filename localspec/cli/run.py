@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -160,6 +161,12 @@ def run(
     stats: bool = typer.Option(False, "--stats", help="Print speed and token counts on stderr."),
     n: int = typer.Option(1, "--n", min=1, max=64, help="Answers to sample from the one prompt (prefilled once; "
                           "with --seed S, answer i samples with seed S+i)."),
+    beams: Optional[int] = typer.Option(
+        None, "--beams", min=1, max=64, help="Beam search with this many hypotheses (deterministic; no drafts)."),
+    length_penalty: float = typer.Option(
+        1.0, "--length-penalty", help="Beam scores are logprob / length ** this (above 1 favours longer answers)."),
+    early_stopping: bool = typer.Option(
+        False, "--early-stopping", help="Stop the beam search once --beams hypotheses have ended."),
     verbose: Verbose = False,
     offline: Offline = False,
 ) -> None:
@@ -170,8 +177,12 @@ def run(
 
     model, prompt = _split_model_and_prompt(model, prompt)
     s = settings_from_context(ctx, model)
-    if n > s.slots:  # each answer has a slot of its own
-        s = updated(s, {"slots": n}, "--n")
+    if beams and n > 1:
+        raise typer.BadParameter("give --n or --beams, not both", param_hint="--beams")
+    if beams and stop:
+        raise typer.BadParameter("beam search takes no --stop", param_hint="--beams")
+    if max(n, beams or 0) > s.slots:  # each answer (or hypothesis) has a slot of its own
+        s = updated(s, {"slots": max(n, beams or 0)}, "--n" if n > 1 else "--beams")
     system = s.system
     if raw and system:
         if s.sources["system"] in ("flag",) or s.sources["system"].startswith("env"):
@@ -197,6 +208,15 @@ def run(
                              detail=terminal.note if verbose else lambda _: None)
     path = engine.model.path
     colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
+    if beams:
+        request = replace(request, beams=beams, length_penalty=length_penalty, early_stopping=early_stopping)
+        if verbose:
+            terminal.note(f"beam search with {beams} hypotheses: decoding without drafts")
+        try:
+            _beam(engine, request, path, as_json=as_json, stats=stats)
+        finally:
+            engine.close()
+        return
     if n > 1:
         try:
             _several(engine, request, n, path, as_json=as_json, stats=stats)
@@ -230,6 +250,23 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if result.finish_reason is FinishReason.ERROR:
         raise LocalspecError(result.error or "Generation failed.")
+
+
+def _beam(engine, request: Request, path: Path, *, as_json: bool, stats: bool) -> None:
+    """--beams: the best hypothesis as the answer; --json lists all with their scores."""
+    result = engine.generate(request)
+    if result.finish_reason is FinishReason.ERROR:
+        raise LocalspecError(result.error or "Generation failed.")
+    if as_json:
+        record = result_record(result, model=str(path), load_s=engine.load_s)
+        record["beams"] = [{"text": h.text, "score": round(h.score, 6), "logprob": round(h.logprob, 6),
+                            "tokens": len(h.token_ids), "finish_reason": h.finish_reason.value} for h in result.beams]
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        if stats:
+            terminal.note(terminal.stats_line(result, engine.load_s))
+        return
+    _finish(result, path, engine.load_s, as_json=False, stats=stats)
 
 
 def _several(engine, request: Request, n: int, path: Path, *, as_json: bool, stats: bool) -> None:

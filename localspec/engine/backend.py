@@ -465,6 +465,10 @@ class Context:
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
 
+    def seq_pos_max(self, seq: int) -> int:
+        """The last position a sequence holds in the KV cache; -1 when it holds none."""
+        return int(lc.llama_memory_seq_pos_max(self._mem, seq))
+
     def close(self) -> None:
         if getattr(self, "_ptr", None):
             lc.llama_free(self._ptr)

@@ -91,3 +91,11 @@ def check(request: Request, n_vocab: int) -> None:
         raise InvalidRequest(f"top_logprobs must be from 0 to 20, not {request.top_logprobs!r}.")
     if not all(isinstance(x, str) for x in request.stop):
         raise InvalidRequest("stop must be a list of strings.")
+    if request.beams is not None:
+        if isinstance(request.beams, bool) or not isinstance(request.beams, int) or request.beams < 1:
+            raise InvalidRequest(f"beams must be at least 1, not {request.beams!r}.")
+        if request.constraint is not None or request.stop:
+            raise InvalidRequest("Beam search takes no constraint and no stop strings.")
+        if not isinstance(request.length_penalty, (int, float)) or isinstance(request.length_penalty, bool) \
+                or not math.isfinite(request.length_penalty):
+            raise InvalidRequest(f"length_penalty must be a number, not {request.length_penalty!r}.")

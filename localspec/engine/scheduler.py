@@ -14,9 +14,16 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from localspec.engine import backend, intake
+from localspec.engine import backend, beam, intake
 from localspec.engine.constraint import Constraints
-from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
+from localspec.engine.sampling import (
+    Distribution,
+    Sampler,
+    logprob,
+    make_logits_processors,
+    top2_margin,
+    top_logprobs,
+)
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
 from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
@@ -24,7 +31,17 @@ from localspec.engine.spec.verify import verify
 from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError
-from localspec.types import FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
+from localspec.types import (
+    BeamHypothesis,
+    FinishReason,
+    Request,
+    Result,
+    SpecConfig,
+    SpecStats,
+    Timings,
+    TokenEvent,
+    Usage,
+)
 
 DEFAULT_CTX = 4096
 
@@ -150,6 +167,10 @@ class Engine:
         With a seed, choice i samples with seed + i."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(self._slots):
             raise InvalidRequest(f"n must be from 1 to the number of slots ({len(self._slots)}), not {n!r}.")
+        if request.beams is not None and (n != 1 or not isinstance(request.beams, int)
+                                          or request.beams > len(self._slots)):
+            raise InvalidRequest(f"beams must be at most the number of slots ({len(self._slots)}), one request "
+                                 f"at a time, not {request.beams!r}.")
         with self._gate:
             if self._closed:
                 raise EngineClosed("The engine has been shut down.")
@@ -311,9 +332,13 @@ class Engine:
         while self._waiting:
             free = [s for s in self._slots if not s.active]
             jobs = self._waiting[0]
-            if len(free) < len(jobs):  # first come, first served: the choices start together
+            beams = jobs[0].request.beams
+            if len(free) < (beams or len(jobs)):  # first come, first served: the choices start together
                 return
             self._waiting.pop(0)
+            if beams:
+                self._beam_search(jobs[0], free[:beams])
+                continue
             leader = max(free, key=lambda s: _common_prefix(s.tokens, jobs[0].prompt))
             others = sorted((s for s in free if s is not leader), key=lambda s: len(s.tokens))
             for slot, job in zip([leader, *others], jobs):
@@ -391,6 +416,36 @@ class Engine:
                     if other.active and other.follows is slot:
                         self._fork(slot, other, row)
                 self._first_token(slot, row)
+
+    def _beam_search(self, job: _Job, slots: list[_Slot]) -> None:
+        """Run a beam-search request to its end on ``slots`` (one sequence per
+        hypothesis), here on the engine thread: other requests wait meanwhile."""
+        request = job.request
+        for slot in slots:
+            slot.tokens.clear()
+        try:
+            out = beam.search(
+                self.ctx, self._batch, [s.seq for s in slots], job.prompt, width=request.beams,
+                alpha=float(request.length_penalty), early=request.early_stopping,
+                max_tokens=request.max_tokens or self.n_ctx, n_ctx=self.n_ctx,
+                processors=make_logits_processors(request.sampling), is_end=self.model.is_eog,
+                cancelled=lambda: job.stream.cancelled)
+        except Exception as exc:
+            job.stream._end(_empty_result(job, FinishReason.ERROR, _message(exc)))
+            return
+        reasons = {"stop": FinishReason.EOS, "length": FinishReason.LENGTH, "cancelled": FinishReason.CANCELLED}
+        hyps = tuple(BeamHypothesis(self._detokenize(h.tokens), h.score(request.length_penalty), h.logprob,
+                                    h.tokens, FinishReason.EOS if h.ended else reasons[out.stopped])
+                     for h in out.hypotheses)
+        best = hyps[0]
+        if best.text:
+            job.stream._put(TokenEvent(best.text, -1))
+        job.stream._end(Result(best.text, best.finish_reason, Usage(len(job.prompt), len(best.token_ids)),
+                               Timings(out.prompt_s, out.decode_s, out.steps), job.stream.template, beams=hyps))
+
+    def _detokenize(self, tokens: tuple[int, ...]) -> str:
+        pieces = [self.model.token_to_piece(t) for t in tokens if not self.model.is_eog(t)]
+        return b"".join(pieces).decode("utf-8", errors="replace")
 
     def _fork(self, leader: _Slot, slot: _Slot, row: int) -> None:
         """Another choice of the leader's prompt: share its KV cache, sample its own
