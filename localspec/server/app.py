@@ -23,14 +23,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localspec.errors import EngineClosed, LocalspecError, PromptTooLong
-from localspec.server import auth, openai
+from localspec.server import anthropic, auth, openai
 from localspec.server.metrics import Metrics
 from localspec.server.openai import APIError
 from localspec.types import FinishReason, Request, Result, SamplingParams
 
 BODY_LIMIT = 8 << 20  # bytes: a long code file in a prompt fits many times over
 DISCONNECT_POLL_S = 0.2  # how often a non-streaming request looks for its client
-ROUTES = ("/health", "/v1/models", "/slots", "/metrics", "/v1/chat/completions", "/v1/completions",
+ROUTES = ("/health", "/v1/models", "/slots", "/metrics", "/v1/chat/completions", "/v1/completions", "/v1/messages",
           "/chat/completions", "/completions")
 
 
@@ -93,22 +93,22 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     # ------------------------------------------------------------ errors
 
     @app.exception_handler(APIError)
-    async def _api_error(_: HTTPRequest, exc: APIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    async def _api_error(http: HTTPRequest, exc: APIError) -> JSONResponse:
+        return error_response(http.url.path, exc)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: HTTPRequest, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(http: HTTPRequest, exc: StarletteHTTPException) -> JSONResponse:
         message = "Unknown route." if exc.status_code == 404 else str(exc.detail)
-        return JSONResponse(APIError(exc.status_code, message).body(), status_code=exc.status_code)
+        return error_response(http.url.path, APIError(exc.status_code, message))
 
     @app.exception_handler(LocalspecError)
-    async def _user_error(_: HTTPRequest, exc: LocalspecError) -> JSONResponse:
+    async def _user_error(http: HTTPRequest, exc: LocalspecError) -> JSONResponse:
         status = exc.http_status if 400 <= exc.http_status < 500 else 400
-        return JSONResponse(APIError(status, exc.message).body(), status_code=status)
+        return error_response(http.url.path, APIError(status, exc.message))
 
     @app.exception_handler(Exception)
-    async def _bug(_: HTTPRequest, exc: Exception) -> JSONResponse:
-        return JSONResponse(APIError(500, f"Internal error: {exc!r}.").body(), status_code=500)
+    async def _bug(http: HTTPRequest, exc: Exception) -> JSONResponse:
+        return error_response(http.url.path, APIError(500, f"Internal error: {exc!r}."))
 
     # ------------------------------------------------------------ plain routes
 
@@ -162,11 +162,49 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
                                             config.max_tokens or 16)
         return await _generate(http, engine, request, body, chat=False)
 
-    async def _generate(http: HTTPRequest, engine: Any, request: Request, body: Any, *, chat: bool) -> Response:
-        n = body.n if body.n is not None else 1
+    @app.post("/v1/messages")
+    async def messages(http: HTTPRequest) -> Response:
+        """Anthropic's Messages API: the same engine request as a chat completion."""
+        body = openai.parse(anthropic.MessagesRequest, await _read_json(http))
+        engine = _ready(body)
+        request = anthropic.to_request(body, config.sampling, engine.spec, engine.model.n_vocab)
+        streams = await _start(engine, request, 1, chat=True, grammar_param="tools")
+        mid = anthropic.new_id()
+        if body.stream:
+            return StreamingResponse(_anthropic_sse(mid, streams[0], request.stop), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        try:
+            await _drain(http, streams)
+            result = streams[0].result
+            if result.finish_reason is FinishReason.ERROR:
+                raise APIError(500, result.error or "Generation failed.")
+            return JSONResponse(anthropic.message(mid, model_name, result, request.stop))
+        finally:
+            _finished(streams)
+
+    async def _anthropic_sse(mid: str, stream: Any, stops: list[str]) -> AsyncIterator[bytes]:
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+
+        try:
+            for name, data in anthropic.start_events(mid, model_name, stream.prompt_tokens):
+                yield event(name, data)
+            async for token in stream:
+                if token.text:
+                    yield event(*anthropic.delta_event(token.text))
+            result: Result = stream.result
+            if result.finish_reason is FinishReason.ERROR:
+                yield event("error", anthropic.error_body(APIError(500, result.error or "Generation failed.")))
+                return
+            for name, data in anthropic.end_events(result, stops):
+                yield event(name, data)
+        finally:
+            _cancel([stream])
+            _finished([stream])
+
+    async def _start(engine: Any, request: Request, n: int, *, chat: bool, grammar_param: str) -> list[Any]:
+        """Admit and submit a request's ``n`` choices, or answer 4xx/503 naming the field."""
         slots = len(engine.slot_states())
-        if not 1 <= n <= slots:
-            raise APIError(400, f"Invalid 'n': must be from 1 to {slots} (the server's slots), not {n}.", "n")
         if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
             raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
                                 f"({engine.n_ctx} tokens per slot).", "max_tokens")
@@ -174,7 +212,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             try:
                 await asyncio.to_thread(engine.constraints.grammar, request.constraint)
             except LocalspecError as exc:
-                raise APIError(400, exc.message, "grammar" if body.grammar is not None else "response_format") from None
+                raise APIError(400, exc.message, grammar_param) from None
         state.admit(slots + config.max_queue, n)
         streams: list[Any] = []
         try:
@@ -190,6 +228,15 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         except BaseException:
             state.done(streams, n)
             raise
+        return streams
+
+    async def _generate(http: HTTPRequest, engine: Any, request: Request, body: Any, *, chat: bool) -> Response:
+        n = body.n if body.n is not None else 1
+        slots = len(engine.slot_states())
+        if not 1 <= n <= slots:
+            raise APIError(400, f"Invalid 'n': must be from 1 to {slots} (the server's slots), not {n}.", "n")
+        streams = await _start(engine, request, n, chat=chat,
+                               grammar_param="grammar" if body.grammar is not None else "response_format")
         rid = openai.new_id("chatcmpl" if chat else "cmpl")
         formatter = openai.LogprobFormatter(engine.model.token_to_piece)
         if body.stream:
@@ -210,6 +257,21 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     async def _collect(http: HTTPRequest, rid: str, streams: list[Any], formatter: openai.LogprobFormatter,
                        request: Request, chat: bool) -> dict[str, Any]:
         """Run a non-streaming request to its end, cancelling it if the client leaves."""
+        events = await _drain(http, streams)
+        results: list[Result] = [s.result for s in streams]
+        failed = next((r for r in results if r.finish_reason is FinishReason.ERROR), None)
+        if failed is not None:
+            raise APIError(500, failed.error or "Generation failed.")
+        tokens = [[e for e in evs if e.token_id >= 0] for evs in events]
+        if chat:
+            logprobs = [[formatter.chat_entry(e) for e in t] if request.logprobs else None for t in tokens]
+            return openai.chat_response(rid, model_name, results, logprobs)
+        logprobs = [openai.completion_logprobs([formatter.completion_entry(e) for e in t]) if request.logprobs
+                    else None for t in tokens]
+        return openai.completion_response(rid, model_name, results, logprobs)
+
+    async def _drain(http: HTTPRequest, streams: list[Any]) -> list[list[Any]]:
+        """Every event of ``streams`` once they end, cancelling them if the client leaves."""
         events: list[list[Any]] = [[] for _ in streams]
 
         async def consume(i: int, stream: Any) -> None:
@@ -227,17 +289,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             if not task.done():
                 _cancel(streams)
                 task.cancel()
-        results: list[Result] = [s.result for s in streams]
-        failed = next((r for r in results if r.finish_reason is FinishReason.ERROR), None)
-        if failed is not None:
-            raise APIError(500, failed.error or "Generation failed.")
-        tokens = [[e for e in evs if e.token_id >= 0] for evs in events]
-        if chat:
-            logprobs = [[formatter.chat_entry(e) for e in t] if request.logprobs else None for t in tokens]
-            return openai.chat_response(rid, model_name, results, logprobs)
-        logprobs = [openai.completion_logprobs([formatter.completion_entry(e) for e in t]) if request.logprobs
-                    else None for t in tokens]
-        return openai.completion_response(rid, model_name, results, logprobs)
+        return events
 
     async def _sse(chunks: AsyncIterator[dict[str, Any]], streams: list[Any]) -> AsyncIterator[bytes]:
         """Server-sent events; a client gone (the task cancelled) cancels the request."""
@@ -324,6 +376,12 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     return app
 
 
+def error_response(path: str, error: APIError) -> JSONResponse:
+    """An error in the shape of the API the path belongs to (Anthropic's or OpenAI's)."""
+    body = anthropic.error_body(error) if anthropic.is_messages(path) else error.body()
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
 def _cancel(streams: list[Any]) -> None:
     for stream in streams:
         if stream.result is None:
@@ -392,7 +450,7 @@ class Guard:
         try:
             error = self._refuse(path, headers)
             if error is not None:
-                await JSONResponse(error.body(), status_code=error.status)(scope, receive, record)
+                await error_response(path, error)(scope, receive, record)
             else:
                 await self.app(scope, receive, record)
         finally:
