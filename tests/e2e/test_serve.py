@@ -277,6 +277,30 @@ def test_a_full_queue_answers_429_with_retry_after(tiny_model: Path):
         srv.stop()
 
 
+def test_streams_whose_client_left_before_the_answer_began_give_their_place_back(tiny_model: Path):
+    """A client that sends a streaming request and goes before reading anything must not
+    keep its place: with one slot and no queue, a later request still gets a 200."""
+    srv = Server(tiny_model, "--ctx-size", "2048", "--slots", "1", "--max-queue", "0")
+    try:
+        srv.wait_ready()
+        body = json.dumps({"prompt": "abc", "max_tokens": 400, "stream": True, "temperature": 1, "seed": 1}).encode()
+        for _ in range(4):
+            with socket.create_connection(("127.0.0.1", srv.port)) as s:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, answer = srv.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+            if status == 200:
+                break
+            assert status == 429, answer
+            time.sleep(0.2)
+        assert status == 200
+        assert srv.get("/metrics")[0] == 200
+    finally:
+        srv.stop()
+
+
 def test_sigterm_while_streaming_ends_the_stream_and_exits_0(tiny_model: Path):
     srv = Server(tiny_model, "--ctx-size", "4096", "--slots", "1")
     srv.wait_ready()

@@ -1,0 +1,87 @@
+"""Tool-call parsing per template family, on recorded model outputs and the documented
+forms, including malformed ones (which come back as text)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from localspec.toolcalls import Parsed, ToolCall, family, parse
+
+NAMES = {"get_weather", "get_time"}
+RECORDED = json.loads((Path(__file__).parent / "data" / "toolcalls-qwen2.5-coder-0.5b.json").read_text())["outputs"]
+
+
+def call(name: str, **args) -> ToolCall:
+    return ToolCall(name, json.dumps(args))
+
+
+def test_recorded_qwen_outputs():
+    """Qwen2.5-Coder-0.5B answers with bare JSON (no <tool_call> tags) or a fenced block;
+    and calls a function nobody offered when asked to say hello: that stays text."""
+    assert parse(RECORDED["What's the weather in Paris?"], "hermes", NAMES) == Parsed("", (call("get_weather", city="Paris"),))
+    fenced = RECORDED["What is the weather and the local time in Tokyo and in Oslo?"]
+    assert parse(fenced, "hermes", NAMES).calls == (call("get_weather", city="Tokyo"),)
+    hello = RECORDED["Say hello."]
+    assert parse(hello, "hermes", NAMES) == Parsed(hello)
+
+
+@pytest.mark.parametrize("fam,text,content,calls", [
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>', "",
+     [call("get_weather", city="Oslo")]),
+    ("hermes", 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n'
+               '<tool_call>\n{"name": "get_time", "arguments": {"city": "Oslo"}}\n</tool_call>', "Let me check.",
+     [call("get_weather", city="Oslo"), call("get_time", city="Oslo")]),
+    ("hermes", '<tool_call>{"name": "get_time", "arguments": "{\\"city\\": \\"Rome\\"}"}', "",  # unclosed at EOS
+     [call("get_time", city="Rome")]),
+    ("llama3", '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Lima"}}', "", [call("get_weather", city="Lima")]),
+    ("llama3", '{"name": "get_weather", "parameters": {"city": "Lima"}}', "", [call("get_weather", city="Lima")]),
+    ("llama3", '<|python_tag|>{"name": "get_weather", "parameters": {"city": "A"}}; {"name": "get_time", "parameters": '
+               '{"city": "B"}}', "", [call("get_weather", city="A"), call("get_time", city="B")]),
+    ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Nice"}}]', "", [call("get_weather", city="Nice")]),
+    ("mistral", '[TOOL_CALLS]get_weather[ARGS]{"city": "Nice"}[TOOL_CALLS]get_time[ARGS]{"city": "Nice"}', "",
+     [call("get_weather", city="Nice"), call("get_time", city="Nice")]),
+    ("generic", '{"tool_calls": [{"name": "get_time", "arguments": {"city": "Kyiv"}}]}', "", [call("get_time", city="Kyiv")]),
+    ("generic", '[{"name": "get_time", "arguments": {"city": "X"}}, {"name": "get_weather", "arguments": {}}]', "",
+     [call("get_time", city="X"), call("get_weather")]),
+    ("generic", '{"type": "function", "function": {"name": "get_time", "arguments": "{\\"city\\": \\"Y\\"}"}}', "",
+     [call("get_time", city="Y")]),
+])
+def test_each_family_s_syntax(fam, text, content, calls):
+    assert parse(text, fam, NAMES) == Parsed(content, tuple(calls))
+
+
+@pytest.mark.parametrize("fam,text", [
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"</tool_call>'),  # bad JSON
+    ("hermes", '<tool_call>{"arguments": {"city": "Oslo"}}</tool_call>'),  # no name
+    ("hermes", '<tool_call>{"name": "launch_rockets", "arguments": {}}</tool_call>'),  # not offered
+    ("llama3", '<|python_tag|>{"name": "get_weather", "parameters": [1, 2]}'),  # arguments not an object
+    ("mistral", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": '),  # cut off
+    ("mistral", '[TOOL_CALLS]get_weather[ARGS]not json'),
+    ("generic", 'The weather in Paris is {"temp": 20}.'),  # prose, not a call
+    ("generic", '{"name": "get_weather", "arguments": {"city": "Paris"}} and more'),
+    ("generic", ""),
+    ("generic", "[" * 5000),  # deeply nested: no RecursionError
+])
+def test_a_botched_call_is_text(fam, text):
+    assert parse(text, fam, NAMES) == Parsed(text)
+
+
+def test_plain_text_is_text_in_every_family():
+    for fam in ("hermes", "llama3", "mistral", "generic"):
+        assert parse("Paris is sunny today.", fam, NAMES) == Parsed("Paris is sunny today.")
+
+
+def test_the_family_comes_from_the_template(qwen_05b: Path):
+    from localspec.engine.backend import Model
+
+    model = Model(qwen_05b)
+    try:
+        assert family(model.chat_template) == "hermes"
+    finally:
+        model.close()
+    assert family("{% if tools %}[AVAILABLE_TOOLS]...[TOOL_CALLS]{% endif %}") == "mistral"
+    assert family("<|start_header_id|>ipython<|end_header_id|> <|python_tag|>") == "llama3"
+    assert family("{{ messages }}") == family(None) == "generic"
