@@ -21,6 +21,9 @@ from localspec.cli._common import (
     DraftPMin,
     FrequencyPenalty,
     GpuLayers,
+    Grammar,
+    JsonObject,
+    JsonSchema,
     KvType,
     MaxTokens,
     MinP,
@@ -28,6 +31,7 @@ from localspec.cli._common import (
     NgramMin,
     Offline,
     PresencePenalty,
+    Regex,
     RepeatPenalty,
     Seed,
     Slots,
@@ -38,6 +42,7 @@ from localspec.cli._common import (
     TopK,
     TopP,
     Verbose,
+    constraint_from_flags,
     describe_settings,
     settings_from_context,
     user_errors,
@@ -76,6 +81,11 @@ def batch(
     presence_penalty: PresencePenalty = D["presence_penalty"],
     frequency_penalty: FrequencyPenalty = D["frequency_penalty"],
     seed: Seed = D["seed"],
+    stop: list[str] = typer.Option([], "--stop", help="Stop before this text (repeatable; a line's own stop replaces it)."),
+    json_schema: JsonSchema = None,
+    json_object: JsonObject = False,
+    grammar: Grammar = None,
+    regex: Regex = None,
     ctx_size: CtxSize = D["ctx_size"],
     threads: Threads = D["threads"],
     spec: Spec = D["spec"],
@@ -103,8 +113,10 @@ def batch(
         s = updated(s, {"slots": DEFAULT_SLOTS}, "default")
     texts = _read_lines(input)
     done = jobs.done_ids(output) if output is not None else set()
+    schema = json_schema if json_object or grammar or regex else s.json_schema  # a flag over the profile's
     base = Request(prompt=None, messages=None if raw else ([Message("system", s.system)] if s.system else []),
-                   sampling=s.sampling(), max_tokens=s.max_tokens)
+                   sampling=s.sampling(), max_tokens=s.max_tokens, stop=list(stop),
+                   constraint=constraint_from_flags(schema, json_object, grammar, regex))
     lines = [jobs.parse_line(text, n, base) for n, text in texts]
     todo = [line for line in lines if json.dumps(line.id) not in done]
     if done:

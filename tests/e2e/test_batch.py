@@ -132,3 +132,17 @@ def test_bad_lines_become_error_lines_and_exit_1(smollm2: Path, tmp_path: Path):
     assert "not JSON" in out[1]["error"] and "prompt" in out[2]["error"] and "context holds 512" in out[3]["error"]
     assert out[4]["usage"]["completion_tokens"] <= 4 and json.loads(out[5]["text"])["colour"] in ("red", "blue")
     assert "Traceback" not in got.stderr
+
+
+def test_command_constraint_and_a_line_s_own_schema(tiny_model: Path, tmp_path: Path):
+    import re
+
+    src = _input(tmp_path, [json.dumps({"id": 1, "prompt": "abc"}),
+                            json.dumps({"id": 2, "prompt": "abc", "json_schema": {
+                                "type": "object", "properties": {"a": {"enum": ["x", "y"]}}, "required": ["a"],
+                                "additionalProperties": False}})])
+    got = subprocess.run([sys.executable, "-m", "localspec", "batch", str(src), "-m", str(tiny_model), "--temperature",
+                          "0", "-n", "30", "--regex", "[ab]{3,9}", "--raw"], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    first, second = (json.loads(line) for line in got.stdout.splitlines())
+    assert re.fullmatch("[ab]{3,9}", first["text"]) and json.loads(second["text"])["a"] in ("x", "y")
