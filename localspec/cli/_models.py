@@ -55,6 +55,22 @@ def download_bars():
             progress.stop()
 
 
+def open_engine_for(settings, *, offline: bool, verbose: bool):
+    """The engine a command's settings ask for: llama.cpp's log and the settings'
+    sources under --verbose, download bars and notes on stderr."""
+    from localspec.cli._common import describe_settings
+    from localspec.engine import backend
+    from localspec.loader import open_engine
+
+    backend.set_verbose(verbose)
+    quiet_hub_logs(verbose)
+    if verbose:
+        terminal.note(describe_settings(settings))
+    with download_bars() as report:
+        return open_engine(settings, offline=offline, progress=report, note=terminal.note,
+                           detail=terminal.note if verbose else lambda _: None)
+
+
 def resolve(name: str | None, *, offline: bool = False, verbose: bool = False) -> Path:
     """A model name (path, Hub name, or None for the default) -> a local GGUF file,
     downloading with progress bars where needed."""

@@ -43,7 +43,6 @@ from localspec.cli._common import (
     TopP,
     Verbose,
     constraint_from_flags,
-    describe_settings,
     settings_from_context,
     user_errors,
 )
@@ -102,9 +101,7 @@ def batch(
     offline: Offline = False,
 ) -> None:
     from localspec import batch as jobs
-    from localspec.cli._models import download_bars, quiet_hub_logs
-    from localspec.engine import backend
-    from localspec.loader import open_engine
+    from localspec.cli._models import open_engine_for
     from localspec.settings import updated
     from localspec.types import Message, Request
 
@@ -121,15 +118,9 @@ def batch(
     todo = [line for line in lines if json.dumps(line.id) not in done]
     if done:
         terminal.note(f"{len(lines) - len(todo)} of {len(lines)} lines are already in {output}; running the other {len(todo)}.")
-    backend.set_verbose(verbose)
-    quiet_hub_logs(verbose)
-    if verbose:
-        terminal.note(describe_settings(s))
     if not todo:
         return
-    with download_bars() as report:
-        engine = open_engine(s, offline=offline, progress=report, note=terminal.note,
-                             detail=terminal.note if verbose else lambda _: None)
+    engine = open_engine_for(s, offline=offline, verbose=verbose)
     sink = output.open("ab") if output is not None else sys.stdout.buffer
 
     def write(record: dict[str, Any]) -> None:

@@ -42,7 +42,6 @@ from localspec.cli._common import (
     TopK,
     TopP,
     Verbose,
-    describe_settings,
     settings_from_context,
     user_errors,
 )
@@ -408,19 +407,11 @@ def chat(
     verbose: Verbose = False,
     offline: Offline = False,
 ) -> None:
-    from localspec.cli._models import download_bars, quiet_hub_logs
+    from localspec.cli._models import open_engine_for
     from localspec.conversation import Conversation
-    from localspec.engine import backend
-    from localspec.loader import open_engine
 
     s = settings_from_context(ctx, model)
-    backend.set_verbose(verbose)
-    quiet_hub_logs(verbose)
-    if verbose:
-        terminal.note(describe_settings(s))
-    with download_bars() as report:
-        engine = open_engine(s, offline=offline, progress=report, note=terminal.note,
-                             detail=terminal.note if verbose else lambda _: None)
+    engine = open_engine_for(s, offline=offline, verbose=verbose)
     interactive = sys.stdin.isatty()
     markdown = not plain and sys.stdout.isatty() and terminal.colour_allowed()
     try:

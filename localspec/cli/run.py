@@ -42,7 +42,6 @@ from localspec.cli._common import (
     TopP,
     Verbose,
     constraint_from_flags,
-    describe_settings,
     settings_from_context,
     user_errors,
 )
@@ -170,9 +169,7 @@ def run(
     verbose: Verbose = False,
     offline: Offline = False,
 ) -> None:
-    from localspec.cli._models import download_bars, quiet_hub_logs
-    from localspec.engine import backend
-    from localspec.loader import open_engine
+    from localspec.cli._models import open_engine_for
     from localspec.settings import updated
 
     model, prompt = _split_model_and_prompt(model, prompt)
@@ -191,10 +188,6 @@ def run(
     schema = json_schema if json_object or grammar or regex else s.json_schema  # a flag over the profile's
     constraint = constraint_from_flags(schema, json_object, grammar, regex)
     text = _read_prompt(prompt, file)
-    backend.set_verbose(verbose)
-    quiet_hub_logs(verbose)
-    if verbose:
-        terminal.note(describe_settings(s))
     sampling = s.sampling()
     if raw:
         request = Request(prompt=text, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop),
@@ -203,9 +196,7 @@ def run(
         messages = ([Message("system", system)] if system else []) + [Message("user", text)]
         request = Request(messages=messages, sampling=sampling, max_tokens=s.max_tokens, stop=list(stop),
                           constraint=constraint)
-    with download_bars() as report:
-        engine = open_engine(s, offline=offline, progress=report, note=terminal.note,
-                             detail=terminal.note if verbose else lambda _: None)
+    engine = open_engine_for(s, offline=offline, verbose=verbose)
     path = engine.model.path
     colour = show_draft and sys.stdout.isatty() and terminal.colour_allowed()
     if beams:
