@@ -173,8 +173,9 @@ def run(engine: Any, lines: Iterable[Line], write: Callable[[dict[str, Any]], No
                 pending.append((line, _submit(engine, line)))
             if not pending:
                 break
-            line, stream = pending.popleft()
+            line, stream = pending[0]
             result = stream.wait() if not isinstance(stream, str) else None
+            pending.popleft()
             if isinstance(stream, str):
                 line = replace(line, error=stream)
             failed += result is None or result.error is not None
