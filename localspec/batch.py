@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import LocalspecError
-from localspec.outputs.records import spec_record
+from localspec.outputs.records import result_record
 from localspec.types import Constraint, Message, Request, Result, SpecConfig
 
 # Lines submitted ahead of the one being written, per slot: enough to keep every slot busy
@@ -119,19 +119,12 @@ def _number(value: Any, name: str) -> float:
 
 
 def record(line: Line, result: Result | None) -> dict[str, Any]:
-    """The output line for an input line."""
+    """The output line for an input line: ``run --json``'s record without the model and
+    timings, under the line's id."""
     if result is None:
         return {"id": line.id, "error": line.error}
-    out: dict[str, Any] = {
-        "id": line.id, "text": result.text, "finish_reason": result.finish_reason.value,
-        "usage": {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
-                  "cached_tokens": result.usage.cached_tokens},
-    }
-    if result.spec is not None:
-        out["spec_stats"] = spec_record(result.spec)
-    if result.error:
-        out["error"] = result.error
-    return out
+    full = result_record(result, model="", load_s=0.0)
+    return {"id": line.id, **{k: full[k] for k in ("text", "finish_reason", "usage", "spec_stats", "error") if k in full}}
 
 
 def done_ids(path: Path) -> set[str]:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.engine.sampling import LogitsProcessor
+from localspec.engine.sampling import LogitsProcessor, make_logits_processors
+from localspec.types import BeamHypothesis, FinishReason, Request, Result, Timings, Usage
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,28 @@ def search(ctx, batch, seqs: list[int], prompt: list[int], *, width: int, alpha:
     finally:
         for seq in seqs:
             ctx.seq_rm(seq, -1, -1)
+
+
+_REASONS = {"stop": FinishReason.EOS, "length": FinishReason.LENGTH, "cancelled": FinishReason.CANCELLED}
+
+
+def answer(ctx, batch, model, seqs: list[int], prompt: list[int], request: Request, *, n_ctx: int,
+           template: str | None, cancelled: Callable[[], bool]) -> Result:
+    """A beam-search request's Result: the best hypothesis as its text, all of them in
+    ``beams``."""
+    alpha = float(request.length_penalty)
+    out = search(ctx, batch, seqs, prompt, width=request.beams or 1, alpha=alpha, early=request.early_stopping,
+                 max_tokens=request.max_tokens or n_ctx, n_ctx=n_ctx,
+                 processors=make_logits_processors(request.sampling), is_end=model.is_eog, cancelled=cancelled)
+
+    def text(tokens: tuple[int, ...]) -> str:
+        return b"".join(model.token_to_piece(t) for t in tokens if not model.is_eog(t)).decode("utf-8", "replace")
+
+    hyps = tuple(BeamHypothesis(text(h.tokens), h.score(alpha), h.logprob, h.tokens,
+                                FinishReason.EOS if h.ended else _REASONS[out.stopped]) for h in out.hypotheses)
+    best = hyps[0]
+    return Result(best.text, best.finish_reason, Usage(len(prompt), len(best.token_ids)),
+                  Timings(out.prompt_s, out.decode_s, out.steps), template, beams=hyps)
 
 
 def _prefill(ctx, batch, seq: int, prompt: list[int]) -> np.ndarray:

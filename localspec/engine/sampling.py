@@ -179,6 +179,10 @@ class Sampler:
                  processors: list[LogitsProcessor] | None = None) -> None:
         self.params = params
         self.processors = make_logits_processors(params) + list(processors or [])
+        # Masks (processors with ``allows``: a grammar) apart from the rest, split once here
+        # rather than on every token.
+        self._masks = [p for p in self.processors if hasattr(p, "allows")]
+        self._plain = [p for p in self.processors if not hasattr(p, "allows")]
         self.output: list[int] = []  # what the processors see (kept only when there are some)
         # Any integer is a seed: mapped into numpy's range (negative seeds would raise).
         self.seed = params.seed % (1 << 64) if params.seed is not None else int(np.random.SeedSequence().entropy % (2**32))
@@ -202,17 +206,13 @@ class Sampler:
         if not self.processors:
             return distribution(logits, self.params, history)
         seen = self.output + extra if extra else self.output
-        masks = []
-        for process in self.processors:
-            if hasattr(process, "allows"):
-                masks.append(process)
-            else:
-                logits = process(seen, logits)
-        if masks and self.params.greedy:
+        for process in self._plain:
+            logits = process(seen, logits)
+        if self._masks and self.params.greedy:
             best = distribution(logits, self.params, history)
-            if all(mask.allows(seen, int(best.ids[0])) for mask in masks):
+            if all(mask.allows(seen, int(best.ids[0])) for mask in self._masks):
                 return best
-        for mask in masks:
+        for mask in self._masks:
             logits = mask(seen, logits)
         return distribution(logits, self.params, history)
 

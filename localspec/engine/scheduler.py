@@ -16,14 +16,7 @@ from pathlib import Path
 
 from localspec.engine import backend, beam, intake
 from localspec.engine.constraint import Constraints
-from localspec.engine.sampling import (
-    Distribution,
-    Sampler,
-    logprob,
-    make_logits_processors,
-    top2_margin,
-    top_logprobs,
-)
+from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
 from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
@@ -31,17 +24,7 @@ from localspec.engine.spec.verify import verify
 from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError
-from localspec.types import (
-    BeamHypothesis,
-    FinishReason,
-    Request,
-    Result,
-    SpecConfig,
-    SpecStats,
-    Timings,
-    TokenEvent,
-    Usage,
-)
+from localspec.types import FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
 
 DEFAULT_CTX = 4096
 
@@ -167,10 +150,8 @@ class Engine:
         With a seed, choice i samples with seed + i."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(self._slots):
             raise InvalidRequest(f"n must be from 1 to the number of slots ({len(self._slots)}), not {n!r}.")
-        if request.beams is not None and (n != 1 or not isinstance(request.beams, int)
-                                          or request.beams > len(self._slots)):
-            raise InvalidRequest(f"beams must be at most the number of slots ({len(self._slots)}), one request "
-                                 f"at a time, not {request.beams!r}.")
+        if isinstance(request.beams, int) and (n != 1 or request.beams > len(self._slots)):
+            raise InvalidRequest(f"beams must be at most the number of slots ({len(self._slots)}), n 1, not {request.beams}.")
         with self._gate:
             if self._closed:
                 raise EngineClosed("The engine has been shut down.")
@@ -420,32 +401,18 @@ class Engine:
     def _beam_search(self, job: _Job, slots: list[_Slot]) -> None:
         """Run a beam-search request to its end on ``slots`` (one sequence per
         hypothesis), here on the engine thread: other requests wait meanwhile."""
-        request = job.request
         for slot in slots:
             slot.tokens.clear()
         try:
-            out = beam.search(
-                self.ctx, self._batch, [s.seq for s in slots], job.prompt, width=request.beams,
-                alpha=float(request.length_penalty), early=request.early_stopping,
-                max_tokens=request.max_tokens or self.n_ctx, n_ctx=self.n_ctx,
-                processors=make_logits_processors(request.sampling), is_end=self.model.is_eog,
-                cancelled=lambda: job.stream.cancelled)
+            result = beam.answer(self.ctx, self._batch, self.model, [s.seq for s in slots], job.prompt, job.request,
+                                 n_ctx=self.n_ctx, template=job.stream.template,
+                                 cancelled=lambda: job.stream.cancelled)
         except Exception as exc:
             job.stream._end(_empty_result(job, FinishReason.ERROR, _message(exc)))
             return
-        reasons = {"stop": FinishReason.EOS, "length": FinishReason.LENGTH, "cancelled": FinishReason.CANCELLED}
-        hyps = tuple(BeamHypothesis(self._detokenize(h.tokens), h.score(request.length_penalty), h.logprob,
-                                    h.tokens, FinishReason.EOS if h.ended else reasons[out.stopped])
-                     for h in out.hypotheses)
-        best = hyps[0]
-        if best.text:
-            job.stream._put(TokenEvent(best.text, -1))
-        job.stream._end(Result(best.text, best.finish_reason, Usage(len(job.prompt), len(best.token_ids)),
-                               Timings(out.prompt_s, out.decode_s, out.steps), job.stream.template, beams=hyps))
-
-    def _detokenize(self, tokens: tuple[int, ...]) -> str:
-        pieces = [self.model.token_to_piece(t) for t in tokens if not self.model.is_eog(t)]
-        return b"".join(pieces).decode("utf-8", errors="replace")
+        if result.text:
+            job.stream._put(TokenEvent(result.text, -1))
+        job.stream._end(result)
 
     def _fork(self, leader: _Slot, slot: _Slot, row: int) -> None:
         """Another choice of the leader's prompt: share its KV cache, sample its own
@@ -587,7 +554,7 @@ class Engine:
                     timings=Timings(first - slot.t_start, now - first, max(0, slot.generated - 1)),
                     template=job.stream.template,
                     error=error,
-                    spec=_spec_stats(slot.spec),
+                    spec=slot.spec.stats() if slot.spec is not None else SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0),
                 )
             )
             slot.pending = None
@@ -619,15 +586,6 @@ _WAKE = object()
 
 def _message(exc: Exception) -> str:
     return exc.message if isinstance(exc, LocalspecError) else f"Internal error: {exc!r}"
-
-
-def _spec_stats(spec: SpecState | None) -> SpecStats:
-    if spec is None:
-        return SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0)
-    return SpecStats(
-        spec.ran, spec.drafted, spec.accepted, spec.steps, dict(sorted(spec.lengths.items())),
-        spec.draft_s, spec.verify_s, spec.sample_s, dict(spec.by_drafter), dict(sorted(spec.accepted_at.items())),
-    )
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

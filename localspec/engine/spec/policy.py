@@ -20,7 +20,7 @@ from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.tuning import TUNING
-from localspec.types import SpecConfig
+from localspec.types import SpecConfig, SpecStats
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,12 @@ class SpecState:
         """What actually drafted: off, ngram, draft, or ngram+draft."""
         kinds = [n for n, c in (("ngram", self.ngram_drafted), ("draft", self.model_drafted)) if c]
         return "+".join(kinds) if kinds else "off"
+
+    def stats(self) -> SpecStats:
+        """What speculation did for the request, as its Result reports it."""
+        return SpecStats(self.ran, self.drafted, self.accepted, self.steps, dict(sorted(self.lengths.items())),
+                         self.draft_s, self.verify_s, self.sample_s, dict(self.by_drafter),
+                         dict(sorted(self.accepted_at.items())))
 
     def should_probe(self) -> bool:
         """Draft once anyway after a while without drafts, so that the acceptance estimate
