@@ -17,19 +17,16 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from localspec.types import Tool, ToolCall
 
 FAMILIES = ("hermes", "llama3", "mistral", "generic")
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.DOTALL)
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _MISTRAL_NEW = re.compile(r"\[TOOL_CALLS\]\s*([A-Za-z_][\w.-]*)\s*\[ARGS\]\s*")
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: str  # a JSON object's text, as OpenAI's API carries it
 
 
 @dataclass(frozen=True)
@@ -132,3 +129,75 @@ def _json(text: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):
         return None
+
+
+# ------------------------------------------------------------------ the grammar
+
+# How each family wraps its calls: the marker before a call (or the list of calls), the
+# text between marker and JSON and after it, and the key its call object gives the
+# arguments. Families without a marker write the call object bare.
+_SYNTAX: dict[str, tuple[str, str, str, str]] = {
+    "hermes": ("<tool_call>", "\n", "\n", "</tool_call>"),
+    "mistral": ("[TOOL_CALLS]", "", "", ""),
+    "llama3": ("", "", "", ""),
+    "generic": ("", "", "", ""),
+}
+_ARGUMENTS = {"llama3": "parameters"}
+
+
+def marker(family: str) -> str:
+    """The text that opens a family's calls in an answer ("" for a bare call object);
+    Llama 3's ``<|python_tag|>`` is a control token, never in the text."""
+    return {"hermes": "<tool_call>", "mistral": "[TOOL_CALLS]"}.get(family, "")
+
+
+def offered(tools: tuple[Tool, ...], choice: str) -> tuple[Tool, ...]:
+    """The tools a call may name under ``choice`` (a function's name: that one)."""
+    if choice == "none":
+        return ()
+    return tools if choice in ("auto", "required") else tuple(t for t in tools if t.name == choice)
+
+
+def grammar(tools: tuple[Tool, ...], choice: str, parallel: bool, family: str, literal: Callable[[str], str],
+            answer: dict[str, Any] | None = None) -> str:
+    """An llguidance Lark grammar for an answer that may (``auto``) or must (``required``,
+    a function's name) call ``tools`` in ``family``'s syntax. Under ``auto`` the text is
+    free until a call's marker (or a bare ``{`` or ``[`` opening the answer) appears, and
+    from there the call object is held to the function's parameter schema; ``answer`` (a
+    JSON schema) holds a text answer to it instead. ``literal`` turns a marker into a
+    grammar item (a special token of the model's vocabulary, or a quoted string)."""
+    from localspec.engine.constraint import JSON_OPTIONS, bound_numbers
+
+    chosen = offered(tools, choice)
+    key = _ARGUMENTS.get(family, "arguments")
+    objects = [{"type": "object", "properties": {"name": {"const": t.name}, key: bound_numbers(t.parameters)},
+                "required": ["name", key], "additionalProperties": False} for t in chosen]
+    one = objects[0] if len(objects) == 1 else {"anyOf": objects}
+    listed = {"type": "array", "items": one, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+    opts = {"x-guidance": JSON_OPTIONS}
+    marker, before, after, close = _SYNTAX[family]
+    lines = ["%llguidance {}"]
+    if marker and family == "mistral":
+        lines.append(f"calls: {literal(marker)} list_json")
+    elif marker:
+        block = " ".join(x for x in (literal(marker), json.dumps(before) if before else "", "call_json",
+                                     json.dumps(after) if after else "", literal(close) if close else "") if x)
+        lines.append(f"block: {block}")
+        lines.append('calls: block ("\\n" block)*' if parallel else "calls: block")
+    lines.append(f"call_json: %json {json.dumps({**one, **opts})}")
+    lines.append(f"list_json: %json {json.dumps({**listed, **opts})}")
+    bare = "call_json | list_json" if parallel else "call_json"
+    calls = "calls" if marker else bare
+    if choice != "auto":
+        lines.insert(1, f"start: {calls}")
+    elif answer is not None:
+        lines.insert(1, f"start: answer | {calls}" + (f" | {bare}" if marker else ""))
+        lines.append(f"answer: %json {json.dumps({**answer, **opts})}")
+    else:
+        lines.insert(1, f"start: TEXT? {'calls?' if marker else ''} | {bare}")
+        text = r"/\s*[^\s{\[](?s:.*)/"
+        for word in (marker, close):  # a marker written as plain text must end the text
+            if word and not literal(word).startswith("<["):
+                text += f" & ~/(?s:.*{re.escape(word)}.*)/"
+        lines.append(f"TEXT: {text}")
+    return "\n".join(lines) + "\n"

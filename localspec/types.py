@@ -107,9 +107,34 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class Tool:
+    """A function the model may call: OpenAI's function definition."""
+
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})  # a JSON schema
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # a JSON object's text, as OpenAI's API carries it
+    id: str = ""
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
 class Message:
+    """A chat message; an assistant's may carry the tool calls it made, and a ``tool``
+    message answers the call ``tool_call_id``."""
+
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None  # a tool message: the function that answered
 
 
 @dataclass
@@ -139,6 +164,12 @@ class Request:
     beams: int | None = None
     length_penalty: float = 1.0
     early_stopping: bool = False  # stop as soon as `beams` hypotheses have ended
+    # Functions the model may call (the chat template is given them). Under "auto" a call's
+    # arguments are held to its parameter schema once the call's opening marker appears;
+    # under "required" or a named ``tool_choice`` (a function's name), from the first token.
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"  # auto | none | required | the name of one of ``tools``
+    parallel_tool_calls: bool = True
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from enum import Enum
 from typing import Optional
 
 import typer
@@ -51,6 +52,12 @@ EPILOG = (
 DEFAULT_SLOTS = 4  # when neither a flag, a variable nor a profile sets --slots
 
 
+class ReasoningFormat(str, Enum):
+    auto = "auto"
+    deepseek = "deepseek"
+    none = "none"
+
+
 @user_errors
 def serve(
     ctx: typer.Context,
@@ -64,6 +71,10 @@ def serve(
     alias: Optional[str] = typer.Option(None, "--alias", help="The model's name in the API. Default: the profile or file name."),
     max_queue: int = typer.Option(64, "--max-queue", min=0, help="Requests that may wait for a slot; past that, 429."),
     cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow browser pages from ORIGIN (repeatable). Default: none."),
+    reasoning_format: ReasoningFormat = typer.Option(
+        ReasoningFormat.auto, "--reasoning-format", case_sensitive=False,
+        help="<think> blocks go to reasoning_content: auto (where the model's template thinks), deepseek (always), "
+             "none (left in the content)."),
     slots: Slots = DEFAULT_SLOTS,
     ctx_size: CtxSize = D["ctx_size"],
     draft: Draft = D["draft"],
@@ -104,7 +115,7 @@ def serve(
     config = ServerConfig(
         host=host, port=port, api_key=api_key or None, alias=alias or names[0],
         names=names, max_queue=max_queue, cors_origins=tuple(cors_origin), sampling=s.sampling(),
-        max_tokens=s.max_tokens,
+        max_tokens=s.max_tokens, reasoning_format=reasoning_format.value,
     )
     if not auth.is_loopback(host) and not api_key:
         terminal.note(f"warning: listening on {host} without --api-key: anyone who can reach this port can use it")

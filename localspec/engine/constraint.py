@@ -146,6 +146,14 @@ class Constraints:
                 self._grammars.popitem(last=False)
         return grammar
 
+    def literal(self, text: str) -> str:
+        """``text`` as a Lark grammar item: the special token it is in this vocabulary
+        (Qwen's ``<tool_call>``; llguidance matches special tokens only by id), else a string."""
+        ids = self.model.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and self.model.guidance_tokenizer().is_special_token(ids[0]):
+            return f"<[{ids[0]}]>"
+        return json.dumps(text)
+
     def processor(self, constraint: Constraint) -> ConstraintMask:
         from llguidance import LLMatcher
 

@@ -4,12 +4,14 @@ to the caller and never a failure on the engine thread."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Any
 
 from localspec.engine import templates
 from localspec.errors import InvalidRequest, PromptTooLong
-from localspec.types import Request
+from localspec.types import TOOL_CHOICES, Constraint, Request, Tool
 
 
 def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], str | None]:
@@ -23,6 +25,7 @@ def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], 
             eos_token=model.vocab.eos_text,
             builtin=model.apply_builtin_template,
             builtin_name=model.builtin_template_name,
+            tools=request.tools if request.tool_choice != "none" else (),
         )
         text, template = rendered.text, rendered.source
         bos = model.vocab.bos_text
@@ -48,6 +51,13 @@ def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], 
     return tokens, template
 
 
+def opens_thinking(model: Any, tokens: list[int]) -> bool:
+    """Whether the rendered prompt ends inside a ``<think>`` block (DeepSeek-R1's template
+    opens one for the answer)."""
+    tail = b"".join(model.token_to_piece(t, special=True) for t in tokens[-4:])
+    return tail.decode("utf-8", "replace").rstrip().endswith("<think>")
+
+
 def check(request: Request, n_vocab: int) -> None:
     """Range-check every field up front, in the caller's thread: a bad value is one
     sentence to the caller, never a failure on the engine thread."""
@@ -55,8 +65,9 @@ def check(request: Request, n_vocab: int) -> None:
         raise InvalidRequest("A request needs a prompt, messages or prompt tokens.")
     if request.prompt is not None and not request.prompt.strip():
         raise InvalidRequest("The prompt is empty.")
-    if request.messages is not None and not any(m.content.strip() for m in request.messages):
+    if request.messages is not None and not any(m.content.strip() or m.tool_calls for m in request.messages):
         raise InvalidRequest("The prompt is empty.")
+    check_tools(request)
     s = request.sampling
     for name in ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"):
         value = getattr(s, name)
@@ -99,3 +110,57 @@ def check(request: Request, n_vocab: int) -> None:
         if not isinstance(request.length_penalty, (int, float)) or isinstance(request.length_penalty, bool) \
                 or not math.isfinite(request.length_penalty):
             raise InvalidRequest(f"length_penalty must be a number, not {request.length_penalty!r}.")
+
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's rule for function names
+MAX_TOOLS = 128
+
+
+def check_tools(request: Request) -> None:
+    tools, choice = request.tools, request.tool_choice
+    if not isinstance(tools, tuple) or not all(isinstance(t, Tool) for t in tools):
+        raise InvalidRequest("tools must be a tuple of Tool.")
+    if len(tools) > MAX_TOOLS:
+        raise InvalidRequest(f"At most {MAX_TOOLS} tools are accepted, not {len(tools)}.")
+    names = [t.name for t in tools]
+    for tool in tools:
+        if not isinstance(tool.name, str) or not TOOL_NAME.match(tool.name):
+            raise InvalidRequest(f"A tool's name must be 1 to 64 letters, digits, '_', '.' or '-', not {tool.name!r}.")
+        if not isinstance(tool.parameters, dict) or tool.parameters.get("type", "object") != "object":
+            raise InvalidRequest(f"The parameters of tool {tool.name!r} must be a JSON schema of an object.")
+    if len(set(names)) != len(names):
+        raise InvalidRequest("Two tools have the same name.")
+    if not isinstance(choice, str) or (choice not in TOOL_CHOICES and choice not in names):
+        offered = ", ".join(repr(n) for n in names) or "none given"
+        raise InvalidRequest(f"tool_choice must be auto, none, required or the name of a tool ({offered}), "
+                             f"not {choice!r}.")
+    if choice != "auto" and choice != "none" and not tools:
+        raise InvalidRequest(f"tool_choice {choice!r} needs tools.")
+    if tools and choice != "none" and request.constraint is not None \
+            and request.constraint.kind not in ("json_schema", "json_object"):
+        raise InvalidRequest("Tools combine with a JSON schema answer, not with a grammar or regex.")
+
+
+def tool_family(template: str | None) -> str:
+    from localspec import toolcalls
+
+    return toolcalls.family(template) if templates.supports_tools(template) else "generic"
+
+
+def constraint(request: Request, family: str, literal: Any) -> Constraint | None:
+    """What the output must match: the request's own constraint, or, when it offers tools,
+    the grammar of its calls (which holds a text answer to the request's JSON schema)."""
+    from localspec import toolcalls
+    from localspec.engine.constraint import any_object
+
+    check_tools(request)
+    if not request.tools or request.tool_choice == "none":
+        return request.constraint
+    answer = None
+    if request.constraint is not None:
+        try:
+            answer = json.loads(request.constraint.text) if request.constraint.kind == "json_schema" else any_object()
+        except ValueError:
+            raise InvalidRequest("The JSON schema is not valid JSON.") from None
+    return Constraint("lark", toolcalls.grammar(request.tools, request.tool_choice, request.parallel_tool_calls,
+                                                family, literal, answer))

@@ -24,7 +24,7 @@ from localspec.engine.spec.verify import verify
 from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError
-from localspec.types import FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
+from localspec.types import Constraint, FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
 
 DEFAULT_CTX = 4096
 
@@ -137,9 +137,19 @@ class Engine:
         """Validate the request and turn it into prompt tokens (in the caller's thread,
         so that bad input fails at once)."""
         intake.check(request, self.model.n_vocab)
-        if request.constraint is not None:
-            self.constraints.grammar(request.constraint)  # a bad one fails here, in one sentence
+        constraint = self.constraint_for(request)
+        if constraint is not None:
+            self.constraints.grammar(constraint)  # a bad one fails here, in one sentence
         return intake.prompt_tokens(self.model, request, self.n_ctx)
+
+    def constraint_for(self, request: Request) -> Constraint | None:
+        """The request's constraint, or the grammar of its tool calls."""
+        return intake.constraint(request, self.tool_family, self.constraints.literal)
+
+    @property
+    def tool_family(self) -> str:
+        """How this model writes tool calls (generic when its template knows no tools)."""
+        return intake.tool_family(self.model.chat_template)
 
     def submit(self, request: Request) -> Stream:
         return self.submit_n(request, 1)[0]
@@ -158,12 +168,15 @@ class Engine:
             self._submitting += 1
         try:
             tokens, template = self.prepare(request)
+            if request.tools:
+                request = replace(request, constraint=self.constraint_for(request))
             spec = self.spec_for(request)
             jobs = []
             for i in range(n):
                 seed = request.sampling.seed
                 choice = request if i == 0 or seed is None else replace(request, sampling=replace(request.sampling, seed=seed + i))
-                jobs.append(_Job(choice, tokens, Stream(self._wake, len(tokens), template), spec))
+                stream = Stream(self._wake, len(tokens), template, intake.opens_thinking(self.model, tokens))
+                jobs.append(_Job(choice, tokens, stream, spec))
             self._inbox.put(jobs)
             return [job.stream for job in jobs]
         finally:

@@ -23,7 +23,8 @@ class Stream:
     for``); afterwards ``result`` says how it ended; ``wait()`` or ``await stream`` runs
     it to the end and returns the ``Result``. ``cancel()`` may be called from any thread."""
 
-    def __init__(self, wake: Callable[[], None], prompt_tokens: int, template: str | None) -> None:
+    def __init__(self, wake: Callable[[], None], prompt_tokens: int, template: str | None,
+                 opens_thinking: bool = False) -> None:
         self._wake = wake
         self._q: queue.SimpleQueue[TokenEvent | Result] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -32,6 +33,7 @@ class Stream:
         self._cancelled = threading.Event()
         self.prompt_tokens = prompt_tokens
         self.template = template
+        self.opens_thinking = opens_thinking  # the prompt ends inside a <think> block
         self.result: Result | None = None
 
     # ------------------------------------------------------------ the engine's side

@@ -15,6 +15,7 @@ output and on any string or list that ``*``, ``+``, ``~``, a filter or a call bu
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -30,7 +31,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
 from localspec.errors import TemplateError
-from localspec.types import Message
+from localspec.types import Message, Tool
 
 BuiltinRenderer = Callable[[str, list[tuple[str, str]]], "str | None"]
 
@@ -168,22 +169,83 @@ def _environment() -> ImmutableSandboxedEnvironment:
 _ENV = _environment()
 
 
+def message_dict(message: Message) -> dict[str, Any]:
+    """A message as chat templates read it (Hugging Face's convention: a tool call's
+    arguments as an object, which templates pass through ``tojson``)."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": _arguments(c.arguments)}}
+                             for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        out["name"] = message.name
+    return out
+
+
+def tool_dict(tool: Tool) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                             "parameters": tool.parameters}}
+
+
+def _arguments(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def supports_tools(template: str | None) -> bool:
+    """Whether a template renders the ``tools`` it is given (else they go in as text)."""
+    return bool(template) and "tools" in template
+
+
+def tools_as_text(messages: list[Message], tools: tuple[Tool, ...]) -> list[Message]:
+    """For a template that knows no tools: the functions described in the system message,
+    earlier calls and their results written out as text (the generic JSON form)."""
+    described = "\n".join(json.dumps(tool_dict(t)["function"], ensure_ascii=False) for t in tools)
+    guide = ("You may call these functions:\n" + described + "\nTo call one, answer with only a JSON object "
+             '{"name": <function name>, "arguments": <an object of its parameters>}.') if tools else ""
+    out: list[Message] = []
+    for m in messages:
+        if m.tool_calls:
+            calls = [{"name": c.name, "arguments": _arguments(c.arguments)} for c in m.tool_calls]
+            text = json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
+            out.append(Message("assistant", (m.content + "\n" if m.content else "") + text))
+        elif m.role == "tool":
+            out.append(Message("user", f"The function {m.name} returned: {m.content}" if m.name
+                               else f"The function returned: {m.content}"))
+        else:
+            out.append(Message(m.role, m.content))
+    if guide:
+        if out and out[0].role == "system":
+            out[0] = Message("system", out[0].content + "\n\n" + guide)
+        else:
+            out.insert(0, Message("system", guide))
+    return out
+
+
 def render_jinja(
-    template: str, messages: list[Message], *, bos_token: str = "", eos_token: str = ""
+    template: str, messages: list[Message], *, bos_token: str = "", eos_token: str = "",
+    tools: tuple[Tool, ...] = (),
 ) -> str:
     """Render ``template`` in the sandbox. Raises TemplateError for an unsafe template
     (SecurityError) or a runaway one (past RENDER_TIMEOUT_S, over the size cap, recursing
     without end), and jinja2's own errors for one that is merely broken."""
     max_chars = MAX_OUTPUT_CHARS + 2 * sum(len(m.content) for m in messages)
     token = _budget.set(_Budget(time.monotonic() + RENDER_TIMEOUT_S, max_chars))
+    extra = {"tools": [tool_dict(t) for t in tools]} if tools else {}
     try:
         chunks: list[str] = []
         size = 0
         for chunk in _ENV.from_string(template).generate(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
+            messages=[message_dict(m) for m in messages],
             add_generation_prompt=True,
             bos_token=bos_token,
             eos_token=eos_token,
+            **extra,
         ):
             size += len(chunk)
             if size > max_chars:
@@ -219,14 +281,18 @@ def render(
     eos_token: str = "",
     builtin: BuiltinRenderer | None = None,
     builtin_name: str | None = None,
+    tools: tuple[Tool, ...] = (),
 ) -> RenderedPrompt:
     """Render with the file's template; else llama.cpp's built-in ``builtin_name`` (the
-    one for the model's architecture, when llama.cpp has one); else the plain format."""
+    one for the model's architecture, when llama.cpp has one); else the plain format.
+    ``tools`` go to a template that renders them, and into the text for one that does not."""
+    if not supports_tools(template) and (tools or any(m.tool_calls or m.role == "tool" for m in messages)):
+        messages, tools = tools_as_text(messages, tools), ()
     pairs = [(m.role, m.content) for m in messages]
     if template:
         try:
             return RenderedPrompt(
-                render_jinja(template, messages, bos_token=bos_token, eos_token=eos_token),
+                render_jinja(template, messages, bos_token=bos_token, eos_token=eos_token, tools=tools),
                 "gguf",
             )
         except TemplateError:

@@ -23,6 +23,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localspec.errors import EngineClosed, LocalspecError, PromptTooLong
+from localspec import toolcalls
+from localspec.reply import Delta, ReplyParser, thinks
 from localspec.server import anthropic, auth, openai
 from localspec.server.metrics import Metrics
 from localspec.server.openai import APIError
@@ -46,6 +48,9 @@ class ServerConfig:
     body_limit: int = BODY_LIMIT
     sampling: SamplingParams = field(default_factory=SamplingParams)  # from flags, profile
     max_tokens: int | None = None
+    # <think> blocks: "auto" splits them into reasoning_content where the template thinks,
+    # "deepseek" always, "none" leaves them in the content
+    reasoning_format: str = "auto"
 
 
 class ServerState:
@@ -169,38 +174,45 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         engine = _ready(body)
         request = anthropic.to_request(body, config.sampling, engine.spec, engine.model.n_vocab)
         streams = await _start(engine, request, 1, chat=True, grammar_param="tools")
+        parsers = [_parser(engine, request, streams[0])]
         mid = anthropic.new_id()
         if body.stream:
-            return StreamingResponse(_anthropic_sse(mid, streams[0], request.stop), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(_anthropic_sse(mid, streams, parsers, request.stop),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            await _drain(http, streams)
+            await _drain(http, streams, lambda i, event: _feed(parsers, streams, i, event.text))
             result = streams[0].result
             if result.finish_reason is FinishReason.ERROR:
                 raise APIError(500, result.error or "Generation failed.")
-            return JSONResponse(anthropic.message(mid, model_name, result, request.stop))
+            parsers[0].close()
+            return JSONResponse(anthropic.message(mid, model_name, result, parsers[0].reply, request.stop))
         finally:
             _finished(streams)
 
-    async def _anthropic_sse(mid: str, stream: Any, stops: list[str]) -> AsyncIterator[bytes]:
+    async def _anthropic_sse(mid: str, streams: list[Any], parsers: list[ReplyParser],
+                             stops: list[str]) -> AsyncIterator[bytes]:
         def event(name: str, data: dict[str, Any]) -> bytes:
             return f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
+        blocks = anthropic.Blocks()
         try:
-            for name, data in anthropic.start_events(mid, model_name, stream.prompt_tokens):
-                yield event(name, data)
-            async for token in stream:
-                if token.text:
-                    yield event(*anthropic.delta_event(token.text))
-            result: Result = stream.result
+            yield event(*anthropic.start_event(mid, model_name, streams[0].prompt_tokens))
+            async for token in streams[0]:
+                for part in _feed(parsers, streams, 0, token.text):
+                    for name, data in blocks.events(part):
+                        yield event(name, data)
+            result: Result = streams[0].result
             if result.finish_reason is FinishReason.ERROR:
                 yield event("error", anthropic.error_body(APIError(500, result.error or "Generation failed.")))
                 return
-            for name, data in anthropic.end_events(result, stops):
+            for part in parsers[0].close():
+                for name, data in blocks.events(part):
+                    yield event(name, data)
+            for name, data in blocks.end(result, parsers[0].reply, stops):
                 yield event(name, data)
         finally:
-            _cancel([stream])
-            _finished([stream])
+            _cancel(streams)
+            _finished(streams)
 
     async def _start(engine: Any, request: Request, n: int, *, chat: bool, grammar_param: str) -> list[Any]:
         """Admit and submit a request's ``n`` choices, or answer 4xx/503 naming the field."""
@@ -208,11 +220,17 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
             raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
                                 f"({engine.n_ctx} tokens per slot).", "max_tokens")
-        if request.constraint is not None:  # compiled here (cached), so that a bad one names its field
-            try:
-                await asyncio.to_thread(engine.constraints.grammar, request.constraint)
-            except LocalspecError as exc:
-                raise APIError(400, exc.message, grammar_param) from None
+        try:  # compiled here (cached), so that a bad one names its field
+            constraint = engine.constraint_for(request)
+            if constraint is not None:
+                await asyncio.to_thread(engine.constraints.grammar, constraint)
+        except LocalspecError as exc:
+            message, param = exc.message, grammar_param
+            if request.tools and request.constraint is None:
+                message, param = message.replace("The Lark grammar", "The tools' parameter schemas"), "tools"
+            if "tool_choice" in message or (request.tools and "tool" in message.lower()):
+                param = "tool_choice" if "tool_choice" in message else "tools"
+            raise APIError(400, message, param) from None
         state.admit(slots + config.max_queue, n)
         streams: list[Any] = []
         try:
@@ -239,14 +257,31 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
                                grammar_param="grammar" if body.grammar is not None else "response_format")
         rid = openai.new_id("chatcmpl" if chat else "cmpl")
         formatter = openai.LogprobFormatter(engine.model.token_to_piece)
+        parsers = [_parser(engine, request, s) for s in streams] if chat else None
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(_sse(_events(rid, streams, formatter, include_usage, request, chat), streams),
+            return StreamingResponse(_sse(_events(rid, streams, formatter, include_usage, request, parsers), streams),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            return JSONResponse(await _collect(http, rid, streams, formatter, request, chat))
+            return JSONResponse(await _collect(http, rid, streams, formatter, request, parsers))
         finally:
             _finished(streams)
+
+    def _parser(engine: Any, request: Request, stream: Any) -> ReplyParser:
+        """What splits a chat answer: tool calls when the request offers tools, <think>
+        blocks per --reasoning-format."""
+        calls = toolcalls.offered(request.tools, request.tool_choice)
+        fmt = config.reasoning_format
+        think = fmt == "deepseek" or (fmt == "auto" and thinks(engine.model.chat_template))
+        return ReplyParser(family=engine.tool_family if calls else None, names={t.name for t in calls},
+                           think=think, thinking=think and stream.opens_thinking)
+
+    def _feed(parsers: list[ReplyParser], streams: list[Any], i: int, text: str) -> list[Delta]:
+        """Choice i's next text through its parser; a repeated tool call ends the choice."""
+        parts = parsers[i].feed(text)
+        if parsers[i].repeated:
+            streams[i].cancel()
+        return parts
 
     def _finished(streams: list[Any]) -> None:
         state.done(streams, len(streams))
@@ -255,28 +290,35 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
                 metrics.finished(stream.result)
 
     async def _collect(http: HTTPRequest, rid: str, streams: list[Any], formatter: openai.LogprobFormatter,
-                       request: Request, chat: bool) -> dict[str, Any]:
+                       request: Request, parsers: list[ReplyParser] | None) -> dict[str, Any]:
         """Run a non-streaming request to its end, cancelling it if the client leaves."""
-        events = await _drain(http, streams)
+        watch = (lambda i, event: _feed(parsers, streams, i, event.text)) if parsers else None
+        events = await _drain(http, streams, watch)
         results: list[Result] = [s.result for s in streams]
         failed = next((r for r in results if r.finish_reason is FinishReason.ERROR), None)
         if failed is not None:
             raise APIError(500, failed.error or "Generation failed.")
         tokens = [[e for e in evs if e.token_id >= 0] for evs in events]
-        if chat:
+        if parsers is not None:
+            for parser in parsers:
+                parser.close()
             logprobs = [[formatter.chat_entry(e) for e in t] if request.logprobs else None for t in tokens]
-            return openai.chat_response(rid, model_name, results, logprobs)
+            return openai.chat_response(rid, model_name, results, logprobs, [p.reply for p in parsers])
         logprobs = [openai.completion_logprobs([formatter.completion_entry(e) for e in t]) if request.logprobs
                     else None for t in tokens]
         return openai.completion_response(rid, model_name, results, logprobs)
 
-    async def _drain(http: HTTPRequest, streams: list[Any]) -> list[list[Any]]:
-        """Every event of ``streams`` once they end, cancelling them if the client leaves."""
+    async def _drain(http: HTTPRequest, streams: list[Any],
+                     watch: Callable[[int, Any], Any] | None = None) -> list[list[Any]]:
+        """Every event of ``streams`` once they end (each shown to ``watch`` as it comes),
+        cancelling them if the client leaves."""
         events: list[list[Any]] = [[] for _ in streams]
 
         async def consume(i: int, stream: Any) -> None:
             async for event in stream:
                 events[i].append(event)
+                if watch is not None:
+                    watch(i, event)
 
         task = asyncio.ensure_future(asyncio.gather(*(consume(i, s) for i, s in enumerate(streams))))
         try:
@@ -302,11 +344,14 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             _finished(streams)
 
     async def _events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter, include_usage: bool,
-                      request: Request, chat: bool) -> AsyncIterator[dict[str, Any]]:
+                      request: Request, parsers: list[ReplyParser] | None) -> AsyncIterator[dict[str, Any]]:
         """The chunks of a streamed request, in either API's shape: each choice's tokens as
-        they come, its finish, then the usage if asked for."""
+        they come (a chat answer split into content, reasoning and tool calls), its finish,
+        then the usage if asked for."""
         created = int(time.time())
         offsets = [0] * len(streams)
+        ids: list[dict[int, str]] = [{} for _ in streams]  # per choice: tool call index -> id
+        chat = parsers is not None
         if chat:
             for i in range(len(streams)):
                 yield openai.chat_chunk(rid, model_name, created, {"role": "assistant", "content": ""}, index=i)
@@ -316,20 +361,27 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
                 if result.finish_reason is FinishReason.ERROR:
                     yield APIError(500, result.error or "Generation failed.").body()
                     return
-                reason = openai.finish_reason(result.finish_reason)
-                yield (openai.chat_chunk(rid, model_name, created, {}, reason, index=i) if chat
-                       else openai.completion_chunk(rid, model_name, created, "", reason, index=i))
+                if parsers is not None:
+                    for part in parsers[i].close():
+                        yield openai.chat_chunk(rid, model_name, created, openai.delta(part, ids[i]), index=i)
+                    reason = openai.finish_reason(result.finish_reason, parsers[i].reply)
+                    yield openai.chat_chunk(rid, model_name, created, {}, reason, index=i)
+                else:
+                    reason = openai.finish_reason(result.finish_reason)
+                    yield openai.completion_chunk(rid, model_name, created, "", reason, index=i)
                 continue
             wanted = request.logprobs and event.token_id >= 0
-            if chat:
+            if parsers is not None:
                 logprobs = [formatter.chat_entry(event)] if wanted else None
-                chunk = openai.chat_chunk(rid, model_name, created, {"content": event.text}, logprobs=logprobs, index=i)
-            else:
-                logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offsets[i]) if wanted else None
-                chunk = openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs, index=i)
-                offsets[i] += len(event.text)
+                parts = _feed(parsers, streams, i, event.text) or ([Delta("content")] if logprobs else [])
+                for j, part in enumerate(parts):
+                    yield openai.chat_chunk(rid, model_name, created, openai.delta(part, ids[i]),
+                                            logprobs=logprobs if j == 0 else None, index=i)
+                continue
+            logprobs = openai.completion_logprobs([formatter.completion_entry(event)], offsets[i]) if wanted else None
+            offsets[i] += len(event.text)
             if event.text or logprobs:
-                yield chunk
+                yield openai.completion_chunk(rid, model_name, created, event.text, logprobs=logprobs, index=i)
         if include_usage:
             kind = "chat.completion.chunk" if chat else "text_completion"
             yield openai.usage_chunk(rid, model_name, created, kind, [s.result for s in streams])

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from localspec.errors import InvalidRequest
+from localspec.reply import Delta, Reply
 from localspec.types import (
     MODES,
     Constraint,
@@ -28,6 +29,8 @@ from localspec.types import (
     SamplingParams,
     SpecConfig,
     TokenEvent,
+    Tool,
+    ToolCall,
 )
 
 Number = Union[StrictInt, StrictFloat]
@@ -65,10 +68,23 @@ class TextPart(_Body):
     text: StrictStr
 
 
+class FunctionCall(_Body):
+    name: StrictStr
+    arguments: StrictStr  # a JSON object's text
+
+
+class ToolCallParam(_Body):
+    id: Optional[StrictStr] = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[StrictStr, list[TextPart], None] = None
     name: Optional[StrictStr] = None
+    tool_calls: Optional[list[ToolCallParam]] = None  # an assistant's earlier calls
+    tool_call_id: Optional[StrictStr] = None  # a tool message: the call it answers
 
     def text(self) -> str:
         if self.content is None:
@@ -98,6 +114,27 @@ class JsonSchemaFormat(_Body):
 class ResponseFormat(_Body):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: Optional[JsonSchemaFormat] = None
+
+
+class FunctionDef(_Body):
+    name: StrictStr
+    description: Optional[StrictStr] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[StrictBool] = None
+
+
+class ToolDef(_Body):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class _Named(_Body):
+    name: StrictStr
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: _Named
 
 
 class StreamOptions(_Body):
@@ -131,6 +168,9 @@ class ChatRequest(_Common):
     max_completion_tokens: Optional[StrictInt] = None
     logprobs: StrictBool = False
     top_logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=20)]] = None
+    tools: Optional[list[ToolDef]] = None
+    tool_choice: Union[Literal["auto", "none", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: Optional[StrictBool] = None
 
 
 class CompletionRequest(_Common):
@@ -140,10 +180,8 @@ class CompletionRequest(_Common):
 
 
 # Fields of features that later work adds: refused until they work, never dropped.
-UNSUPPORTED = {
-    "tools": "tool calling", "tool_choice": "tool calling", "functions": "tool calling",
-    "function_call": "tool calling", "parallel_tool_calls": "tool calling",
-}
+UNSUPPORTED = {"functions": "the legacy 'functions' (use 'tools')", "function_call": "the legacy 'function_call' "
+                                                                                     "(use 'tool_choice')"}
 REFUSED = ("chat_template", "chat_template_kwargs")  # a request must not run its own template
 
 
@@ -156,7 +194,7 @@ def parse(kind: type[_Body], body: Any) -> Any:
             raise APIError(400, f"'{key}' is not accepted: the server renders the model's own chat template.", key)
     for key, feature in UNSUPPORTED.items():
         if body.get(key) not in (None, [], {}):
-            raise APIError(400, f"'{key}' is not supported yet: this server does not do {feature}.", key)
+            raise APIError(400, f"'{key}' is not supported: this server does not take {feature}.", key)
     try:
         return kind.model_validate(body)
     except ValidationError as exc:
@@ -281,12 +319,39 @@ def chat_request(body: ChatRequest, defaults: SamplingParams, spec: SpecConfig, 
                  default_max: int | None = None) -> Request:
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    messages = [Message("system" if m.role == "developer" else m.role, m.text()) for m in body.messages]
     return Request(
-        messages=messages, sampling=sampling(body, defaults, n_vocab), max_tokens=max_tokens(limit, default_max, param),
-        stop=_stop(body.stop), logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0 if body.logprobs else 0,
-        spec=_spec(body.speculative, spec), constraint=constraint(body),
+        messages=chat_messages(body.messages), sampling=sampling(body, defaults, n_vocab),
+        max_tokens=max_tokens(limit, default_max, param), stop=_stop(body.stop), logprobs=body.logprobs,
+        top_logprobs=body.top_logprobs or 0 if body.logprobs else 0, spec=_spec(body.speculative, spec),
+        constraint=constraint(body), **tool_fields(body.tools, body.tool_choice, body.parallel_tool_calls),
     )
+
+
+def chat_messages(messages: list[ChatMessage]) -> list[Message]:
+    """Chat messages as the engine takes them; a tool message learns its function's name
+    from the call it answers."""
+    names: dict[str, str] = {}
+    out = []
+    for m in messages:
+        calls = tuple(ToolCall(c.function.name, c.function.arguments, c.id or "") for c in m.tool_calls or ())
+        names.update((c.id, c.name) for c in calls if c.id)
+        role = "system" if m.role == "developer" else m.role
+        name = names.get(m.tool_call_id or "", m.name) if m.role == "tool" else None
+        out.append(Message(role, m.text(), tool_calls=calls, tool_call_id=m.tool_call_id, name=name))
+    return out
+
+
+def tool_fields(tools: list[ToolDef] | None, choice: Any, parallel: bool | None) -> dict[str, Any]:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as engine Request fields."""
+    defined = tuple(Tool(t.function.name, t.function.description or "",
+                         t.function.parameters or {"type": "object", "properties": {}}) for t in tools or ())
+    name = choice if isinstance(choice, str) or choice is None else choice.function.name
+    if name not in (None, "auto", "none") and not defined:
+        raise APIError(400, "Invalid 'tool_choice': there are no 'tools' to choose from.", "tool_choice")
+    if not isinstance(choice, (str, type(None))) and name not in {t.name for t in defined}:
+        raise APIError(400, f"Invalid 'tool_choice': no tool is named {name!r}.", "tool_choice")
+    return {"tools": defined, "tool_choice": name or "auto",
+            "parallel_tool_calls": True if parallel is None else parallel}
 
 
 def completion_request(body: CompletionRequest, defaults: SamplingParams, spec: SpecConfig, n_vocab: int,
@@ -321,10 +386,44 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def finish_reason(reason: FinishReason) -> str:
-    """OpenAI's names: a stop string or the model's end is "stop"; a cancelled request
-    (the server shutting down) ends as "stop" too, with what it had."""
+def finish_reason(reason: FinishReason, reply: Reply | None = None) -> str:
+    """OpenAI's names: an answer that calls tools is "tool_calls"; a stop string or the
+    model's end is "stop"; a cancelled request (the server shutting down) ends as "stop"
+    too, with what it had."""
+    if reply is not None and reply.calls and (reason is not FinishReason.LENGTH or reply.repeated):
+        return "tool_calls"
     return "length" if reason is FinishReason.LENGTH else "stop"
+
+
+def call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def message(reply: Reply) -> dict[str, Any]:
+    """The assistant message of a chat completion: its text (None when it only calls
+    tools), its reasoning, its tool calls."""
+    out: dict[str, Any] = {"role": "assistant", "content": reply.content or (None if reply.calls else "")}
+    if reply.reasoning:
+        out["reasoning_content"] = reply.reasoning
+    if reply.calls:
+        out["tool_calls"] = [{"id": call_id(), "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}} for c in reply.calls]
+    return out
+
+
+def delta(part: Delta, ids: dict[int, str]) -> dict[str, Any]:
+    """A streamed chunk's ``delta`` for one piece of the answer (a call's first piece
+    carries its id, type and name; later ones, more of its arguments)."""
+    if part.kind == "reasoning":
+        return {"reasoning_content": part.text}
+    if part.kind == "content":
+        return {"content": part.text}
+    call: dict[str, Any] = {"index": part.index, "function": {"arguments": part.text}}
+    if part.name is not None:
+        ids[part.index] = call_id()
+        call.update(id=ids[part.index], type="function")
+        call["function"]["name"] = part.name
+    return {"tool_calls": [call]}
 
 
 def usage(results: list[Result]) -> dict[str, Any]:
@@ -377,12 +476,13 @@ class LogprobFormatter:
         return text, event.logprob, tops
 
 
-def chat_response(rid: str, model: str, results: list[Result], logprobs: list[list[dict] | None]) -> dict[str, Any]:
+def chat_response(rid: str, model: str, results: list[Result], logprobs: list[list[dict] | None],
+                  replies: list[Reply]) -> dict[str, Any]:
     return {
         "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": i, "message": {"role": "assistant", "content": r.text},
-                     "logprobs": {"content": lp} if lp is not None else None,
-                     "finish_reason": finish_reason(r.finish_reason)} for i, (r, lp) in enumerate(zip(results, logprobs))],
+        "choices": [{"index": i, "message": message(reply), "logprobs": {"content": lp} if lp is not None else None,
+                     "finish_reason": finish_reason(r.finish_reason, reply)}
+                    for i, (r, lp, reply) in enumerate(zip(results, logprobs, replies))],
         "usage": usage(results), **extensions(results),
     }
 

@@ -170,8 +170,8 @@ def test_sdk_errors(server: Server):
     assert bad.value.body["param"] == "temperature"
     with pytest.raises(openai.NotFoundError):
         c.chat.completions.create(model="gpt-9", messages=MSG)
-    with pytest.raises(openai.BadRequestError, match="not supported yet"):
-        c.chat.completions.create(model="tiny", messages=MSG, tools=[{"type": "function", "function": {"name": "f"}}])
+    with pytest.raises(openai.BadRequestError, match="not supported"):
+        c.chat.completions.create(model="tiny", messages=MSG, functions=[{"name": "f"}])
     with pytest.raises(openai.BadRequestError) as fmt:
         c.chat.completions.create(model="tiny", messages=MSG, response_format={"type": "xml"})
     assert fmt.value.body["param"] == "response_format.type"
@@ -205,6 +205,21 @@ BAD_BODIES = [
     ({"messages": MSG, "speculative": {"mode": "fast"}}, "speculative.mode"),
     ({"messages": MSG, "speculative": {"draft_max": 0}}, None),
     ({"messages": [{"role": "user", "content": "word " * 400}]}, "messages"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "get weather"}}]}, "tools"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
+     "tools"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "nonsense"}}}}}]}, "tools"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}] * 2}, "tools"),
+    ({"messages": MSG, "tools": [{"type": "retrieval"}]}, "tools[0].type"),
+    ({"messages": MSG, "tool_choice": "required"}, "tool_choice"),
+    ({"messages": MSG, "tool_choice": "sometimes"}, "tool_choice"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}], "grammar": "root ::= \"a\""},
+     "tools"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f"}}]}]},
+     "messages[0].tool_calls[0].function.arguments"),
 ]
 
 
