@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from localspec.errors import EngineClosed, LocalspecError, PromptTooLong
 from localspec import toolcalls
 from localspec.reply import Delta, ReplyParser, thinks
-from localspec.server import anthropic, auth, openai
+from localspec.server import anthropic, auth, openai, responses
 from localspec.server.metrics import Metrics
 from localspec.server.openai import APIError
 from localspec.types import FinishReason, Request, Result, SamplingParams
@@ -33,7 +33,7 @@ from localspec.types import FinishReason, Request, Result, SamplingParams
 BODY_LIMIT = 8 << 20  # bytes: a long code file in a prompt fits many times over
 DISCONNECT_POLL_S = 0.2  # how often a non-streaming request looks for its client
 ROUTES = ("/health", "/v1/models", "/slots", "/metrics", "/v1/chat/completions", "/v1/completions", "/v1/messages",
-          "/chat/completions", "/completions")
+          "/v1/responses", "/chat/completions", "/completions", "/responses")
 
 
 @dataclass
@@ -173,7 +173,8 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         body = openai.parse(anthropic.MessagesRequest, await _read_json(http))
         engine = _ready(body)
         request = anthropic.to_request(body, config.sampling, engine.spec, engine.model.n_vocab)
-        streams = await _start(engine, request, 1, chat=True, grammar_param="tools")
+        param = "grammar" if body.grammar is not None else "tools"
+        streams = await _start(engine, request, 1, chat=True, grammar_param=param)
         parsers = [_parser(engine, request, streams[0])]
         mid = anthropic.new_id()
         if body.stream:
@@ -187,6 +188,63 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             parsers[0].close()
             return JSONResponse(anthropic.message(mid, model_name, result, parsers[0].reply, request.stop))
         finally:
+            _finished(streams)
+
+    @app.post("/v1/responses")
+    @app.post("/responses")
+    async def responses_route(http: HTTPRequest) -> Response:
+        """OpenAI's Responses API: the same engine request as a chat completion."""
+        body = openai.parse(responses.ResponsesRequest, await _read_json(http))
+        engine = _ready(body)
+        request = responses.to_request(body, config.sampling, engine.spec, engine.model.n_vocab, config.max_tokens)
+        grammar_param = "grammar" if body.grammar is not None else "text.format" if request.constraint else "tools"
+        streams = await _start(engine, request, 1, chat=True, grammar_param=grammar_param)
+        parsers = [_parser(engine, request, streams[0])]
+        rid = responses.new_id("resp")
+        if body.stream:
+            return StreamingResponse(_responses_sse(rid, body, request, streams, parsers),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        try:
+            await _drain(http, streams, lambda i, event: _feed(parsers, streams, i, event.text))
+            result = streams[0].result
+            if result.finish_reason is FinishReason.ERROR:
+                raise APIError(500, result.error or "Generation failed.")
+            parsers[0].close()
+            reply = parsers[0].reply
+            return JSONResponse(responses.response(rid, model_name, body, request, responses.output(reply), result, reply))
+        finally:
+            _finished(streams)
+
+    async def _responses_sse(rid: str, body: Any, request: Request, streams: list[Any],
+                             parsers: list[ReplyParser]) -> AsyncIterator[bytes]:
+        def sse(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+
+        events = responses.Events()
+        try:
+            started = responses.response(rid, model_name, body, request, [])
+            yield sse(*events.event("response.created", response=started))
+            yield sse(*events.event("response.in_progress", response=started))
+            async for token in streams[0]:
+                for part in _feed(parsers, streams, 0, token.text):
+                    for name, data in events.feed(part):
+                        yield sse(name, data)
+            result: Result = streams[0].result
+            if result.finish_reason is FinishReason.ERROR:
+                failed = {**started, "status": "failed",
+                          "error": {"code": "server_error", "message": result.error or "Generation failed."}}
+                yield sse(*events.event("response.failed", response=failed))
+                return
+            for part in parsers[0].close():
+                for name, data in events.feed(part):
+                    yield sse(name, data)
+            for name, data in events.end():
+                yield sse(name, data)
+            final = responses.response(rid, model_name, body, request, events.items, result, parsers[0].reply)
+            kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+            yield sse(*events.event(kind, response=final))
+        finally:
+            _cancel(streams)
             _finished(streams)
 
     async def _anthropic_sse(mid: str, streams: list[Any], parsers: list[ReplyParser],

@@ -148,3 +148,35 @@ def test_the_bounds_leave_a_real_template_alone_even_with_a_huge_message():
     big = "y" * (6 * 2**20)  # a pasted file bigger than the cap itself
     out = templates.render([Message("user", big)], CHATML)
     assert out.text == f"<|im_start|>user\n{big}<|im_end|>\n1210<|im_start|>assistant\n"
+
+
+def test_tools_calls_and_results_go_through_a_template_that_knows_them(qwen_05b: Path):
+    from localspec.engine.backend import Model
+    from localspec.types import Tool, ToolCall
+
+    model = Model(qwen_05b)
+    try:
+        tool = Tool("get_weather", "Get the weather.", {"type": "object", "properties": {"city": {"type": "string"}}})
+        messages = [Message("user", "Weather in Paris?"),
+                    Message("assistant", "", tool_calls=(ToolCall("get_weather", '{"city": "Paris"}', "call_1"),)),
+                    Message("tool", "21 C", tool_call_id="call_1", name="get_weather")]
+        text = templates.render(messages, model.chat_template, tools=(tool,)).text
+    finally:
+        model.close()
+    assert '"name": "get_weather", "description": "Get the weather."' in text  # the tools, in the system prompt
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert "<tool_response>\n21 C\n</tool_response>" in text
+
+
+def test_a_template_without_tools_gets_them_as_text():
+    from localspec.types import Tool, ToolCall
+
+    tool = Tool("get_time", "Get the time.")
+    messages = [Message("system", "Be brief."), Message("user", "Time?"),
+                Message("assistant", "", tool_calls=(ToolCall("get_time", "{}", "c1"),)),
+                Message("tool", "noon", tool_call_id="c1", name="get_time")]
+    template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    text = templates.render(messages, template, tools=(tool,)).text
+    assert text.startswith("[system] Be brief.\n\nYou may call these functions:\n")
+    assert '"name": "get_time"' in text and '[assistant] {"name": "get_time", "arguments": {}}' in text
+    assert "[user] The function get_time returned: noon" in text

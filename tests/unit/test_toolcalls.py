@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from localspec import toolcalls
 from localspec.toolcalls import Parsed, ToolCall, family, parse
+from localspec.types import Tool
 
 NAMES = {"get_weather", "get_time"}
 RECORDED = json.loads((Path(__file__).parent / "data" / "toolcalls-qwen2.5-coder-0.5b.json").read_text())["outputs"]
@@ -85,3 +87,63 @@ def test_the_family_comes_from_the_template(qwen_05b: Path):
     assert family("{% if tools %}[AVAILABLE_TOOLS]...[TOOL_CALLS]{% endif %}") == "mistral"
     assert family("<|start_header_id|>ipython<|end_header_id|> <|python_tag|>") == "llama3"
     assert family("{{ messages }}") == family(None) == "generic"
+
+
+@pytest.fixture(scope="module")
+def qwen(qwen_05b: Path):
+    from localspec.engine.backend import Model
+    from localspec.engine.constraint import Constraints
+
+    model = Model(qwen_05b)
+    yield model, Constraints(model)
+    model.close()
+
+
+TOOLS = (Tool("get_weather", "w", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+         Tool("get_time", "t", {"type": "object", "properties": {"city": {"type": "string"}, "utc": {"type": "number"}},
+                               "required": ["city"]}))
+TAGGED = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+BARE = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+
+
+@pytest.mark.parametrize("fam,choice,parallel,text,whole", [
+    ("hermes", "auto", True, "Hello there", True),
+    ("hermes", "auto", True, "Sure.\n" + TAGGED, True),
+    ("hermes", "auto", True, TAGGED + "\n" + TAGGED, True),
+    ("hermes", "auto", True, BARE, True),  # Qwen2.5-Coder-0.5B's own habit
+    ("hermes", "auto", True, "", True),
+    ("hermes", "auto", True, '{"a": 1}', False),  # an opening brace is a call, held to the schema
+    ("hermes", "auto", True, TAGGED.replace("Paris", "1").replace('"1"', "1"), False),  # city must be a string
+    ("hermes", "auto", True, "ok <tool_call>", None),  # a call must follow its marker
+    ("hermes", "required", False, TAGGED, True),
+    ("hermes", "required", False, TAGGED + "\n" + TAGGED, False),
+    ("hermes", "required", False, "Hi", False),
+    ("hermes", "get_time", True, TAGGED, False),
+    ("hermes", "get_time", True, TAGGED.replace("get_weather", "get_time"), True),
+    ("generic", "auto", True, "[" + BARE + ", " + BARE + "]", True),
+    ("generic", "auto", False, "[" + BARE + ", " + BARE + "]", False),
+    ("llama3", "required", True, BARE.replace("arguments", "parameters"), True),
+    ("mistral", "auto", True, "[TOOL_CALLS][" + BARE + "]", True),
+])
+def test_the_call_grammar_on_a_real_vocabulary(qwen, fam, choice, parallel, text, whole):
+    """True: the grammar takes the whole text and may end there; False: it refuses a token
+    of it; None: it takes it all but may not end there."""
+    from llguidance import LLMatcher
+
+    model, constraints = qwen
+    grammar = LLMatcher.grammar_from_lark(toolcalls.grammar(TOOLS, choice, parallel, fam, constraints.literal))
+    assert not LLMatcher.validate_grammar(grammar, model.guidance_tokenizer())
+    matcher = LLMatcher(model.guidance_tokenizer(), grammar, log_level=0)
+    ids = model.tokenize(text, add_special=False, parse_special=True)
+    taken = matcher.validate_tokens(ids)
+    if whole is False:
+        assert taken < len(ids)
+    else:
+        assert taken == len(ids) and matcher.consume_tokens(ids)
+        assert matcher.is_accepting() is bool(whole)
+
+
+def test_qwens_tool_call_tags_are_special_tokens_to_the_grammar(qwen):
+    _, constraints = qwen
+    assert constraints.literal("<tool_call>").startswith("<[") and constraints.literal("</tool_call>").startswith("<[")
+    assert constraints.literal("[TOOL_CALLS]") == '"[TOOL_CALLS]"'
