@@ -49,6 +49,7 @@ from localspec.cli.completion import complete_model
 from localspec.defaults import DEFAULTS as D
 from localspec.errors import LocalspecError
 from localspec.outputs import terminal
+from localspec.reply import ReplyParser, thinks
 from localspec.types import MODES, FinishReason, Result
 
 HELP = "Chat with a model in the terminal; the KV cache is reused from turn to turn."
@@ -70,6 +71,7 @@ COMMANDS = {
     "/spec MODE": f"speculation: {', '.join(MODES)}",
     "/set KEY VALUE": f"change a setting: {', '.join(SETTABLE)}, show_draft (on/off)",
     "/model": "what is loaded",
+    "/thinking": "the last answer's reasoning, unfolded",
     "/exit": "leave (Ctrl-D does too)",
 }
 
@@ -85,6 +87,7 @@ class Chat:
     show_draft: bool
     stats: bool
     say_line: Callable[[str], None] = field(default=terminal.note)
+    reasoning: str = ""  # the last answer's <think> block, folded when shown
 
     def apply(self, settings: Any) -> None:
         """Make ``settings`` the ones the next answers are generated with."""
@@ -111,13 +114,19 @@ class Chat:
             return
         colour = self.show_draft and sys.stdout.isatty() and terminal.colour_allowed()
         render = _Markdown() if self.markdown and not self.show_draft else _Plain(colour)
+        think = thinks(self.engine.model.chat_template)
+        parser = ReplyParser(think=think, thinking=think and stream.opens_thinking)
         interrupted = False
         try:
             with render:
                 for event in stream:
-                    render.add(event.text, event.from_draft)
+                    for part in parser.feed(event.text):
+                        render.add(part.text, event.from_draft, part.kind == "reasoning")
+                for part in parser.close():
+                    render.add(part.text, False, part.kind == "reasoning")
         except KeyboardInterrupt:
             interrupted = True
+        self.reasoning = render.reasoning
         if interrupted:
             self.conversation.cancel()  # what was generated stays, marked interrupted
         else:
@@ -153,6 +162,12 @@ class Chat:
             self.say_line(f"{key:<{width}}  {text}")
         self.say_line("Enter sends; Alt-Enter (or Esc, Enter) starts a new line; Ctrl-C stops an answer; "
                       "Ctrl-D leaves.")
+
+    def _cmd_thinking(self, _arg: str) -> None:
+        if not self.reasoning:
+            self.say_line("The last answer has no reasoning.")
+            return
+        terminal.note(self.reasoning)
 
     def _cmd_exit(self, _arg: str) -> bool:
         return False
@@ -233,23 +248,39 @@ class Chat:
 # ---------------------------------------------------------------------- rendering
 
 
+def _folded(reasoning: str) -> str:
+    return f"▸ thought for {len(reasoning.split())} words (/thinking unfolds it)"
+
+
 class _Plain:
-    """Text as it comes; tokens from accepted drafts in colour with --show-draft."""
+    """Text as it comes; tokens from accepted drafts in colour with --show-draft. The
+    model's reasoning is not printed: one line says it was there (/thinking shows it)."""
 
     def __init__(self, colour: bool) -> None:
         self.colour = colour
         self.last = "\n"
+        self.reasoning = ""
+        self.folded = False
 
     def __enter__(self) -> _Plain:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        pass
+        self._fold()
 
-    def add(self, text: str, from_draft: bool) -> None:
+    def add(self, text: str, from_draft: bool, reasoning: bool = False) -> None:
+        if reasoning:
+            self.reasoning += text
+            return
+        self._fold()
         if text:
             terminal.write_text(text, highlight=self.colour and from_draft)
             self.last = text
+
+    def _fold(self) -> None:
+        if self.reasoning.strip() and not self.folded:
+            self.folded = True
+            terminal.note(_folded(self.reasoning))
 
     def end(self) -> None:
         if not self.last.endswith("\n"):
@@ -258,13 +289,15 @@ class _Plain:
 
 
 class _Markdown:
-    """The answer rendered as Markdown, redrawn as it grows (Rich Live)."""
+    """The answer rendered as Markdown, redrawn as it grows (Rich Live); the model's
+    reasoning dimmed while it thinks, folded to one line once the answer begins."""
 
     def __init__(self) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.text = ""
+        self.reasoning = ""
         self.console = Console(highlight=False)
         self.live = Live(console=self.console, refresh_per_second=10, vertical_overflow="visible")
 
@@ -273,17 +306,27 @@ class _Markdown:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._draw()
+        self._draw(done=True)
         self.live.__exit__(None, None, None)
 
-    def add(self, text: str, from_draft: bool) -> None:
-        self.text += text
+    def add(self, text: str, from_draft: bool, reasoning: bool = False) -> None:
+        if reasoning:
+            self.reasoning += text
+        else:
+            self.text += text
         self._draw()
 
-    def _draw(self) -> None:
+    def _draw(self, done: bool = False) -> None:
+        from rich.console import Group
         from rich.markdown import Markdown
+        from rich.text import Text
 
-        self.live.update(Markdown(self.text), refresh=False)
+        parts: list[Any] = []
+        if self.reasoning.strip():
+            folded = done or bool(self.text)
+            parts.append(Text(_folded(self.reasoning) if folded else self.reasoning, style="dim"))
+        parts.append(Markdown(self.text))
+        self.live.update(Group(*parts), refresh=False)
 
     def end(self) -> None:
         sys.stdout.flush()

@@ -54,7 +54,7 @@ def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], 
 def opens_thinking(model: Any, tokens: list[int]) -> bool:
     """Whether the rendered prompt ends inside a ``<think>`` block (DeepSeek-R1's template
     opens one for the answer)."""
-    tail = b"".join(model.token_to_piece(t, special=True) for t in tokens[-4:])
+    tail = b"".join(model.token_to_piece(t, special=True) for t in tokens[-12:])
     return tail.decode("utf-8", "replace").rstrip().endswith("<think>")
 
 
