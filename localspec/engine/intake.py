@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from localspec.engine import templates
 from localspec.errors import InvalidRequest, PromptTooLong
-from localspec.types import TOOL_CHOICES, Constraint, Request, Tool
+from localspec.types import TOOL_CHOICES, Constraint, Request, SpecConfig, Tool
 
 
 def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], str | None]:
@@ -49,6 +50,22 @@ def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], 
             f"{model.n_ctx_train})."
         )
     return tokens, template
+
+
+def spec_for(request: Request, default: SpecConfig, has_draft: bool) -> SpecConfig:
+    """The speculation a request runs with: its own, the engine's with its mode, or the
+    engine's."""
+    if request.spec is None:
+        spec = default
+    elif isinstance(request.spec, SpecConfig):
+        spec = request.spec
+    elif isinstance(request.spec, str):
+        spec = replace(default, mode=request.spec)
+    else:
+        raise InvalidRequest("spec must be a SpecConfig or a mode name.")
+    if spec.mode == "draft" and not has_draft:
+        raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
+    return spec
 
 
 def opens_thinking(model: Any, tokens: list[int]) -> bool:

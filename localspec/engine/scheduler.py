@@ -170,7 +170,7 @@ class Engine:
             tokens, template = self.prepare(request)
             if request.tools:
                 request = replace(request, constraint=self.constraint_for(request))
-            spec = self.spec_for(request)
+            spec = intake.spec_for(request, self.spec, self.draft is not None)
             jobs = []
             for i in range(n):
                 seed = request.sampling.seed
@@ -210,21 +210,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def spec_for(self, request: Request) -> SpecConfig:
-        """The speculation a request runs with: its own, the engine's with its mode, or
-        the engine's."""
-        if request.spec is None:
-            spec = self.spec
-        elif isinstance(request.spec, SpecConfig):
-            spec = request.spec
-        elif isinstance(request.spec, str):
-            spec = replace(self.spec, mode=request.spec)
-        else:
-            raise InvalidRequest("spec must be a SpecConfig or a mode name.")
-        if spec.mode == "draft" and self.draft is None:
-            raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
-        return spec
 
     def slot_states(self) -> list[SlotState]:
         """What each slot is doing (a snapshot, read from any thread)."""
