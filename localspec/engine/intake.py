@@ -12,7 +12,7 @@ from typing import Any
 
 from localspec.engine import templates
 from localspec.errors import InvalidRequest, PromptTooLong
-from localspec.types import TOOL_CHOICES, Constraint, Request, SpecConfig, Tool
+from localspec.types import MAX_CONSTRAINT_CHARS, TOOL_CHOICES, Constraint, Request, SpecConfig, Tool
 
 
 def prompt_tokens(model: Any, request: Request, n_ctx: int) -> tuple[list[int], str | None]:
@@ -131,6 +131,20 @@ def check(request: Request, n_vocab: int) -> None:
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's rule for function names
 MAX_TOOLS = 128
+MAX_SCHEMA_DEPTH = 64  # real parameter schemas nest a few levels; recursion limits sit near 1000
+
+
+def _depth(value: Any) -> int:
+    """How deeply JSON data nests (without recursing, so any depth is safe to measure)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            todo += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            todo += [(v, depth + 1) for v in item]
+    return deepest
 
 
 def check_tools(request: Request) -> None:
@@ -145,6 +159,8 @@ def check_tools(request: Request) -> None:
             raise InvalidRequest(f"A tool's name must be 1 to 64 letters, digits, '_', '.' or '-', not {tool.name!r}.")
         if not isinstance(tool.parameters, dict) or tool.parameters.get("type", "object") != "object":
             raise InvalidRequest(f"The parameters of tool {tool.name!r} must be a JSON schema of an object.")
+        if _depth(tool.parameters) > MAX_SCHEMA_DEPTH:
+            raise InvalidRequest(f"The parameters of tool {tool.name!r} nest deeper than {MAX_SCHEMA_DEPTH} levels.")
     if len(set(names)) != len(names):
         raise InvalidRequest("Two tools have the same name.")
     if not isinstance(choice, str) or (choice not in TOOL_CHOICES and choice not in names):
@@ -179,5 +195,8 @@ def constraint(request: Request, family: str, literal: Any) -> Constraint | None
             answer = json.loads(request.constraint.text) if request.constraint.kind == "json_schema" else any_object()
         except ValueError:
             raise InvalidRequest("The JSON schema is not valid JSON.") from None
-    return Constraint("lark", toolcalls.grammar(request.tools, request.tool_choice, request.parallel_tool_calls,
-                                                family, literal, answer))
+    grammar = toolcalls.grammar(request.tools, request.tool_choice, request.parallel_tool_calls, family, literal, answer)
+    if len(grammar) > MAX_CONSTRAINT_CHARS:
+        raise InvalidRequest(f"The tools are too large to constrain: their grammar is {len(grammar):,} characters; "
+                             f"at most {MAX_CONSTRAINT_CHARS:,} are accepted.")
+    return Constraint("lark", grammar)

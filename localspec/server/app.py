@@ -476,6 +476,8 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             return json.loads(b"".join(chunks), parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError):
             raise APIError(400, "The request body is not valid JSON.") from None
+        except RecursionError:
+            raise APIError(400, "The request body nests too deeply.") from None
 
     app.add_middleware(Guard, config=config, metrics=metrics)
     if config.cors_origins:

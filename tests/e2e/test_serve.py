@@ -177,6 +177,10 @@ def test_sdk_errors(server: Server):
     assert fmt.value.body["param"] == "response_format.type"
 
 
+DEEP: dict = {"type": "string"}
+for _ in range(400):
+    DEEP = {"type": "object", "properties": {"a": DEEP}}
+WIDE = {"type": "object", "properties": {f"p{j}": {"type": "string"} for j in range(50)}}
 BAD_BODIES = [
     (b"{not json", None),
     (b"[1, 2]", None),
@@ -220,6 +224,10 @@ BAD_BODIES = [
      "tools"),
     ({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f"}}]}]},
      "messages[0].tool_calls[0].function.arguments"),
+    (b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", None),  # nests past Python's recursion limit
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": "f", "parameters": DEEP}}]}, "tools"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {"name": f"f{i}", "parameters": WIDE}}
+                                 for i in range(120)]}, "tools"),
 ]
 
 
