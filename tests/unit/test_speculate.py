@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from localspec.engine.sampling import Distribution, Sampler, one_hot
-from localspec.bench.replay import fixed_rule, oracle, replay
+from localspec.bench.replay import draft_model, fixed_rule, oracle, replay
 from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
@@ -421,3 +421,15 @@ def test_an_ngram_proposal_is_cut_where_the_constraint_rejects_it():
     view.sampler = Sampler(SamplingParams(temperature=0.0), processors=[AllowsTwo()])
     proposal = policy.propose([view], 1)[0]
     assert proposal.tokens == [160, 161]  # what followed the copied source, cut at 2
+
+
+def test_draft_model_replay_keeps_the_run_of_matches_and_pays_for_every_draft():
+    truth = list(range(101))
+    flat = {1: 0.010, 2: 0.010, 4: 0.010, 8: 0.010}  # a GPU's shape: rows cost nothing more
+    always, never = "1" * 101, "0" * 101
+    # every draft kept: 100 tokens after the first in steps of k + 1, each one target decode and k draft steps
+    assert draft_model(truth, always, flat, 0.001, 4) == pytest.approx(100 * 0.010 / (20 * (0.010 + 4 * 0.001)))
+    assert draft_model(truth, never, flat, 0.001, 4) < 1.0  # nothing kept: the drafts are pure cost
+    assert draft_model(truth, never, flat, 0.0, 4) == pytest.approx(1.0)
+    half = "10" * 51
+    assert draft_model(truth, half, flat, 0.0, 1) == pytest.approx(100 / 51)  # after a miss, two tokens a step
