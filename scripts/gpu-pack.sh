@@ -28,8 +28,8 @@ tar xzf "$tmp/llama_cpp_python-$VERSION.tar.gz" -C "$tmp"
 src="$tmp/llama_cpp_python-$VERSION"
 lc="$src/vendor/llama.cpp"
 # Not needed to build the library, llama-bench and llama-quantize with CUDA or for the CPU:
-rm -rf "$src"/{docs,examples,tests,docker,.github,.git} "$lc"/vendor/miniaudio \
-       "$lc"/{models,docs,examples,tests,pocs,benches,media,scripts,gguf-py,conversion,app,.github,.devops} \
+rm -rf "$src"/{docs,examples,tests,docker,.github,.git} \
+       "$lc"/{models,docs,examples,tests,pocs,benches,media,scripts,gguf-py,conversion,.github,.devops} \
        "$lc"/tools/{server,ui,cli,tts,mtmd,rpc,perplexity,imatrix,completion,cvector-generator,export-lora,tokenize,tuning,results,batched-bench,gguf-split,fit-params}
 for backend in "$lc"/ggml/src/ggml-*/; do
   case "$(basename "$backend")" in ggml-cpu|ggml-cuda|ggml-blas) ;; *) rm -rf "$backend" ;; esac
