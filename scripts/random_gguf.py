@@ -130,19 +130,14 @@ def write(shape: Shape, tokenizer: dict, out: Path, name: str = "random", seed: 
     return out
 
 
+_ADDERS = {"tokenizer.ggml.tokens": "add_token_list", "tokenizer.ggml.token_type": "add_token_types",
+           "tokenizer.ggml.merges": "add_token_merges", "tokenizer.ggml.model": "add_tokenizer_model",
+           "tokenizer.ggml.pre": "add_tokenizer_pre", "tokenizer.chat_template": "add_chat_template"}
+
+
 def _add(w, key: str, value) -> None:
-    if key == "tokenizer.ggml.tokens":
-        w.add_token_list(value)
-    elif key == "tokenizer.ggml.token_type":
-        w.add_token_types(value)
-    elif key == "tokenizer.ggml.merges":
-        w.add_token_merges(value)
-    elif key == "tokenizer.ggml.model":
-        w.add_tokenizer_model(value)
-    elif key == "tokenizer.ggml.pre":
-        w.add_tokenizer_pre(value)
-    elif key == "tokenizer.chat_template":
-        w.add_chat_template(value)
+    if key in _ADDERS:
+        getattr(w, _ADDERS[key])(value)
     elif key == "tokenizer.ggml.add_bos_token":
         w.add_add_bos_token(bool(value))
     elif key.endswith("_token_id"):

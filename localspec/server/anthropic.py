@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from localspec.server.openai import APIError, Number, Speculative, _Body, _spec, _stop, constraint, max_tokens, sampling
+from localspec.server.openai import (APIError, Number, Picked, Speculative, _Body, _spec, _stop, constraint,
+                                     max_tokens, sampling)
 from localspec.reply import Delta, Reply
 from localspec.types import FinishReason, Message, Request, Result, SamplingParams, SpecConfig, Tool, ToolCall
 
@@ -119,22 +120,6 @@ class MessagesRequest(_Body):
     grammar: Optional[StrictStr] = None  # extension, as in chat completions
 
 
-class _Sampling(_Body):
-    """The fields ``openai.sampling`` reads, from a Messages request."""
-
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repeat_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    seed: Optional[int] = None
-    logit_bias: Optional[dict[str, float]] = None
-    grammar: Optional[str] = None
-    response_format: Optional[Any] = None
-
-
 def to_request(body: MessagesRequest, defaults: SamplingParams, spec: SpecConfig, n_vocab: int) -> Request:
     system = body.system if isinstance(body.system, str) or body.system is None else "".join(b.text for b in body.system)
     names: dict[str, str] = {}
@@ -148,9 +133,8 @@ def to_request(body: MessagesRequest, defaults: SamplingParams, spec: SpecConfig
         raise APIError(400, f"tool_choice: no tool is named {name!r}.", "tool_choice")
     if choice is not None and choice.type in ("any", "tool") and not tools:
         raise APIError(400, "tool_choice: there are no tools to choose from.", "tool_choice")
-    picked = _Sampling(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, grammar=body.grammar)
-    return Request(messages=messages, sampling=sampling(picked, defaults, n_vocab),  # type: ignore[arg-type]
-                   constraint=constraint(picked),  # type: ignore[arg-type]
+    picked = Picked(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, grammar=body.grammar)
+    return Request(messages=messages, sampling=sampling(picked, defaults, n_vocab), constraint=constraint(picked),
                    max_tokens=max_tokens(body.max_tokens, None, "max_tokens"), stop=_stop(body.stop_sequences),
                    spec=_spec(body.speculative, spec), tools=tools, tool_choice=name or "auto",
                    parallel_tool_calls=not (choice and choice.disable_parallel_tool_use))

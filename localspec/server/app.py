@@ -181,12 +181,8 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             return StreamingResponse(_anthropic_sse(mid, streams, parsers, request.stop),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            await _drain(http, streams, lambda i, event: _feed(parsers, streams, i, event.text))
-            result = streams[0].result
-            if result.finish_reason is FinishReason.ERROR:
-                raise APIError(500, result.error or "Generation failed.")
-            parsers[0].close()
-            return JSONResponse(anthropic.message(mid, model_name, result, parsers[0].reply, request.stop))
+            result, reply = await _one_reply(http, streams, parsers)
+            return JSONResponse(anthropic.message(mid, model_name, result, reply, request.stop))
         finally:
             _finished(streams)
 
@@ -205,21 +201,23 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             return StreamingResponse(_responses_sse(rid, body, request, streams, parsers),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            await _drain(http, streams, lambda i, event: _feed(parsers, streams, i, event.text))
-            result = streams[0].result
-            if result.finish_reason is FinishReason.ERROR:
-                raise APIError(500, result.error or "Generation failed.")
-            parsers[0].close()
-            reply = parsers[0].reply
+            result, reply = await _one_reply(http, streams, parsers)
             return JSONResponse(responses.response(rid, model_name, body, request, responses.output(reply), result, reply))
         finally:
             _finished(streams)
 
+    async def _one_reply(http: HTTPRequest, streams: list[Any], parsers: list[ReplyParser]) -> tuple[Result, Any]:
+        """A one-choice request run to its end through its parser: the result and reply."""
+        await _drain(http, streams, lambda i, event: _feed(parsers, streams, i, event.text))
+        result = streams[0].result
+        if result.finish_reason is FinishReason.ERROR:
+            raise APIError(500, result.error or "Generation failed.")
+        parsers[0].close()
+        return result, parsers[0].reply
+
     async def _responses_sse(rid: str, body: Any, request: Request, streams: list[Any],
                              parsers: list[ReplyParser]) -> AsyncIterator[bytes]:
-        def sse(name: str, data: dict[str, Any]) -> bytes:
-            return f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
-
+        sse = _named_event
         events = responses.Events()
         try:
             started = responses.response(rid, model_name, body, request, [])
@@ -249,9 +247,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
 
     async def _anthropic_sse(mid: str, streams: list[Any], parsers: list[ReplyParser],
                              stops: list[str]) -> AsyncIterator[bytes]:
-        def event(name: str, data: dict[str, Any]) -> bytes:
-            return f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
-
+        event = _named_event
         blocks = anthropic.Blocks()
         try:
             yield event(*anthropic.start_event(mid, model_name, streams[0].prompt_tokens))
@@ -492,6 +488,11 @@ def error_response(path: str, error: APIError) -> JSONResponse:
     """An error in the shape of the API the path belongs to (Anthropic's or OpenAI's)."""
     body = anthropic.error_body(error) if anthropic.is_messages(path) else error.body()
     return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+def _named_event(name: str, data: dict[str, Any]) -> bytes:
+    """A server-sent event with its name (the Messages and Responses APIs' framing)."""
+    return f"event: {name}\ndata: ".encode() + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
 
 def _cancel(streams: list[Any]) -> None:

@@ -275,7 +275,24 @@ def _spec(value: Speculative | None, default: SpecConfig) -> SpecConfig | None:
         raise APIError(400, f"Invalid 'speculative': {exc.message}", "speculative") from None
 
 
-def sampling(body: _Common, defaults: SamplingParams, n_vocab: int) -> SamplingParams:
+class Picked(_Body):
+    """The fields ``sampling`` and ``constraint`` read, from the APIs (Messages,
+    Responses) whose requests carry them under other names or not at all."""
+
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    repeat_penalty: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    seed: Optional[int] = None
+    logit_bias: Optional[dict[str, float]] = None
+    grammar: Optional[str] = None
+    response_format: Optional[Any] = None
+
+
+def sampling(body: _Common | Picked, defaults: SamplingParams, n_vocab: int) -> SamplingParams:
     """The request's sampling over the server's defaults (flags, profile)."""
     pick = lambda name: getattr(body, name) if getattr(body, name) is not None else getattr(defaults, name)  # noqa: E731
     return SamplingParams(
@@ -286,7 +303,7 @@ def sampling(body: _Common, defaults: SamplingParams, n_vocab: int) -> SamplingP
     )
 
 
-def constraint(body: _Common) -> Constraint | None:
+def constraint(body: _Common | Picked) -> Constraint | None:
     """``response_format`` (json_object, json_schema) or the ``grammar`` extension."""
     fmt = body.response_format
     if body.grammar is not None and fmt is not None and fmt.type != "text":

@@ -22,6 +22,7 @@ from localspec.server.openai import (
     JsonSchemaFormat,
     NamedToolChoice,
     Number,
+    Picked,
     ResponseFormat,
     Speculative,
     ToolDef,
@@ -48,6 +49,9 @@ class TextConfig(_Body):
 
 
 class FunctionTool(_Body):
+    """A function tool as the Responses API gives it: chat completions' definition, flat
+    (``type`` first, so that another kind of tool is named as such)."""
+
     type: Literal["function"]
     name: StrictStr
     description: Optional[StrictStr] = None
@@ -79,38 +83,22 @@ class ResponsesRequest(_Body):
     grammar: Optional[StrictStr] = None  # extension, as in chat completions
 
 
-class _Fields(_Body):
-    """What ``openai.sampling`` and ``openai.constraint`` read, from a Responses request."""
-
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repeat_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    seed: Optional[int] = None
-    logit_bias: Optional[dict[str, float]] = None
-    grammar: Optional[str] = None
-    response_format: Optional[Any] = None
-
-
 def to_request(body: ResponsesRequest, defaults: SamplingParams, spec: SpecConfig, n_vocab: int,
                default_max: int | None) -> Request:
     if body.previous_response_id is not None:
         raise APIError(400, "'previous_response_id' is not supported: this server stores no responses; send the "
                             "whole conversation as input items.", "previous_response_id")
     messages = ([Message("system", body.instructions)] if body.instructions else []) + input_messages(body.input)
-    fields = _Fields(temperature=body.temperature, top_p=body.top_p, response_format=_format(body.text),
-                     grammar=body.grammar)
+    fields = Picked(temperature=body.temperature, top_p=body.top_p, response_format=_format(body.text),
+                    grammar=body.grammar)
     tools = [ToolDef(type="function", function=FunctionDef(name=t.name, description=t.description,
                                                            parameters=t.parameters)) for t in body.tools or ()]
     choice = body.tool_choice
     if isinstance(choice, NamedFunction):
         choice = NamedToolChoice(type="function", function=_Named(name=choice.name))
-    return Request(messages=messages, sampling=sampling(fields, defaults, n_vocab),  # type: ignore[arg-type]
+    return Request(messages=messages, sampling=sampling(fields, defaults, n_vocab),
                    max_tokens=max_tokens(body.max_output_tokens, default_max, "max_output_tokens"),
-                   spec=_spec(body.speculative, spec), constraint=constraint(fields),  # type: ignore[arg-type]
+                   spec=_spec(body.speculative, spec), constraint=constraint(fields),
                    **tool_fields(tools, choice, body.parallel_tool_calls))
 
 
