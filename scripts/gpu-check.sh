@@ -7,7 +7,8 @@
 # decoding against llama-bench on the same file, and the speedups speculation would give
 # on the recorded outputs with the measured costs.
 #
-#   scripts/gpu-check.sh [--out DIR]     # on the GPU machine, the bundle beside it (~6-9 min)
+#   scripts/gpu-check.sh [--out DIR]     # on the GPU machine, the bundle beside it (~6-9 min;
+#                                        # run it again if a call runs out of time: the build resumes)
 #   scripts/gpu-check.sh --cpu           # here: 0.5B and 135M shapes, this venv, the anchor's llama-bench
 #   scripts/gpu-check.sh --quick         # tiny shapes (CI runs this)
 #   scripts/gpu-check.sh --cpu --build   # the GPU path's build and install, for the CPU (tests the bundle)
@@ -43,7 +44,8 @@ if [ -n "$BUILD" ]; then
   echo "== wheels"
   "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" pydantic gguf platformdirs llguidance diskcache
   echo "== llama.cpp ($MODE)"
-  tar xzf "$BUNDLE"/llama_cpp_python-*-trimmed.tar.gz -C "$WORK"
+  # unpacked once: a second run (after a call that ran out of time) resumes the build
+  ls -d "$WORK"/llama_cpp_python-*/ >/dev/null 2>&1 || tar xzf "$BUNDLE"/llama_cpp_python-*-trimmed.tar.gz -C "$WORK"
   SRC=$(ls -d "$WORK"/llama_cpp_python-*/ | head -1)
   flags="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
   cpu=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
