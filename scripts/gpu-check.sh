@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check in one command, for a GPU machine lent for a few minutes with nothing
 # reachable: builds llama.cpp (CUDA, the H200's sm_90 only) and llama-bench from the
-# bundle scripts/gpu-pack.sh made, installs llama-cpp-python's Python package over that
-# build and the wheels localspec needs, then runs scripts/gpu_check.py: doctor and plan,
+# bundle scripts/gpu-pack.sh made, puts llama-cpp-python's Python package over that build
+# and installs the wheels localspec needs, then runs scripts/gpu_check.py: doctor and plan,
 # localspec's cost calibration on random-weight Qwen2.5-Coder-7B and -0.5B shapes, plain
 # decoding against llama-bench on the same file, and the speedups speculation would give
 # on the recorded outputs with the measured costs.
@@ -61,11 +61,10 @@ if [ -n "$BUILD" ]; then
   cmake --build "$WORK/build" -j"$(nproc)" --target llama llama-bench > "$WORK/build.log" \
     || { tail -40 "$WORK/build.log"; exit 1; }
   echo "built in $(( $(date +%s) - t0 )) s"
-  echo "== llama-cpp-python's Python package over that build"
-  CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" "$PY" -m pip install -q --no-index --no-build-isolation \
-    --no-deps --force-reinstall --target "$WORK/site" "$SRC"
-  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  # llama-cpp-python's Python package is pure Python over that library: used from its source
+  export PYTHONPATH="$SRC${PYTHONPATH:+:$PYTHONPATH}"
   export LLAMA_CPP_LIB_PATH="$WORK/build/bin" LD_LIBRARY_PATH="$WORK/build/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  "$PY" -c "import llama_cpp, sys; print('llama_cpp', llama_cpp.__version__, 'from', llama_cpp.__file__)"
   BENCH="$WORK/build/bin/llama-bench"
 fi
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -197,8 +198,10 @@ def main() -> None:
     report.figures["mode"] = a.mode
     run_cli(report, "doctor")
     target, draft = models(a.mode, tokenizer, work, report)
-    report.figures["plan"] = run_cli(report, "plan", str(target), "--draft", str(draft), "--ctx-size", "4096",
-                                     "--slots", "1", "--offline")
+    plan = run_cli(report, "plan", str(target), "--draft", str(draft), "--ctx-size", "4096", "--slots", "1",
+                   "--offline")
+    report.figures["plan"] = [" ".join(re.sub(r"[│┃]", " ", line).split()) for line in plan.splitlines()
+                              if "target:" in line or "draft:" in line]  # the rows: layers on GPU, bytes
     table = calibrate(target, draft, gpu_layers, n_tokens, report)
     llama_bench(a.llama_bench, target, gpu_layers, n_tokens, report)
     replayed(table, report)
