@@ -32,9 +32,9 @@ def summary(records: list[RunRecord]) -> dict[str, dict[str, float]]:
     """Per mode (and draft_max): mean, min and max of the ratio to plain."""
     groups: dict[str, list[float]] = {}
     for r in records:
-        if r.mode == "off":
+        if r.mode == "off" or r.mode == "llama-server plain":
             continue
-        groups.setdefault(f"{r.mode}@{r.draft_max}", []).append(r.ratio)
+        groups.setdefault(f"{r.mode}@{r.draft_max}" if r.draft_max else r.mode, []).append(r.ratio)
     return {
         key: {
             "mean_ratio": round(statistics.fmean(v), 3),
@@ -49,10 +49,27 @@ def best_draft_max(records: list[RunRecord]) -> dict[str, int]:
     """For each mode, the draft_max with the highest mean ratio (for --sweep)."""
     best: dict[str, tuple[float, int]] = {}
     for key, s in summary(records).items():
+        if "@" not in key:
+            continue
         mode, dm = key.split("@")
         if mode not in best or s["mean_ratio"] > best[mode][0]:
             best[mode] = (s["mean_ratio"], int(dm))
     return {mode: dm for mode, (_, dm) in best.items()}
+
+
+def against_llama(records: list[RunRecord]) -> dict[str, dict[str, object]]:
+    """Per prompt: localspec's n-gram ratio against the best of llama-server's n-gram
+    modes (each a ratio to its own plain run), when both were measured."""
+    out: dict[str, dict[str, object]] = {}
+    for prompt in dict.fromkeys(r.prompt for r in records):
+        ours = [r for r in records if r.prompt == prompt and r.mode == "ngram"]
+        theirs = [r for r in records if r.prompt == prompt and r.mode.startswith("llama-server ngram")]
+        if ours and theirs:
+            best = max(theirs, key=lambda r: r.ratio)
+            out[prompt] = {"localspec_ngram": round(ours[0].ratio, 3), "llama_best": best.mode.split(" ", 1)[1],
+                           "llama_best_ratio": round(best.ratio, 3),
+                           "ahead": round(ours[0].ratio / best.ratio, 3) if best.ratio else None}
+    return out
 
 
 def to_json(records: list[RunRecord], **meta: object) -> dict:
@@ -67,4 +84,5 @@ def to_json(records: list[RunRecord], **meta: object) -> dict:
         ],
         "summary": summary(records),
         "best_draft_max": best_draft_max(records),
+        "against_llama_server": against_llama(records),
     }

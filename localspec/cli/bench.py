@@ -54,6 +54,12 @@ def _table(records, model: str) -> Table:
     table.add_column("k chosen: steps")
     table.add_column("same output")
     for r in records:
+        if r.mode.startswith("llama-server"):
+            same = "yes" if r.identical else f"no, at char {r.first_difference}"
+            table.add_row(r.prompt, r.mode, "", f"{r.decode_tokens_per_s:.1f}", f"{r.ratio:.2f}x",
+                          f"{r.acceptance_rate:.0%}" if r.drafted else "", "", "",
+                          same if r.mode != "llama-server plain" else "")
+            continue
         if r.mode == "off":
             ref = (f"llama.cpp {r.llama_cpp_tokens_per_s:.1f} tok/s: localspec "
                    f"{r.decode_tokens_per_s / r.llama_cpp_tokens_per_s:.2f}x"
@@ -117,6 +123,10 @@ def bench(
     json_object: JsonObject = False,
     grammar: Grammar = None,
     regex: Regex = None,
+    vs_llama_server: Optional[Path] = typer.Option(
+        None, "--vs-llama-server", file_okay=False, metavar="BIN_DIR",
+        help="Also run llama.cpp's llama-server from BIN_DIR (plain, ngram-simple, ngram-mod) on the same prompts, "
+             "same rounds, and show its ratios beside localspec's (../shared/tools/build-llama-anchor.sh builds it)."),
     vs_llama_cpp: bool = typer.Option(
         False, "--vs-llama-cpp", help="Also decode each prompt plainly with llama-cpp-python's own Llama class, for a raw llama.cpp yardstick."
     ),
@@ -149,6 +159,10 @@ def bench(
         raise typer.BadParameter(f"values must not be below --draft-min ({s.draft_min})", param_hint="--sweep")
     schema = json_schema if json_object or grammar or regex else s.json_schema  # a flag over the profile's
     constraint = constraint_from_flags(schema, json_object, grammar, regex)
+    if vs_llama_server is not None:
+        from localspec.bench.llamaserver import binary
+
+        binary(vs_llama_server)  # before minutes of localspec's runs
     prompts = load_prompts(prompts_file) if prompts_file else builtin_suite()
     if only:
         prompts = [p for p in prompts if only in p.name or only in p.kind]
@@ -181,12 +195,25 @@ def bench(
         )
         costs = {b: round(t * 1e3, 2) for b, t in engine.costs.snapshot().items()}
         draft_ms = round(engine.costs.draft_step * 1e3, 2)
+        n_ctx = engine.n_ctx
     finally:
         engine.close()
+    if vs_llama_server is not None:
+        from localspec.bench import llamaserver
+        from localspec.engine.backend import default_threads
+
+        terminal.note(f"llama-server from {vs_llama_server}: {', '.join(llamaserver.CONFIGS)}")
+        theirs = llamaserver.run(vs_llama_server, path, prompts, max_tokens=max_tokens, repeat=repeat,
+                                 threads=s.threads or default_threads(), n_ctx=n_ctx, on_record=_progress)
+        order = {p.name: i for i, p in enumerate(prompts)}
+        records = sorted(records + theirs, key=lambda r: order.get(r.prompt, len(order)))  # stable: ours first
     terminal.stderr.print(_table(records, path.name), width=max(terminal.stderr.width, 120))
     summary = report.summary(records)
     for key, sm in summary.items():
         terminal.note(f"{key}: mean {sm['mean_ratio']:.2f}x, min {sm['min_ratio']:.2f}x, max {sm['max_ratio']:.2f}x")
+    for prompt, row in report.against_llama(records).items():
+        terminal.note(f"{prompt}: localspec n-gram {row['localspec_ngram']:.2f}x, llama-server {row['llama_best']} "
+                      f"{row['llama_best_ratio']:.2f}x: {row['ahead']:.2f} times its best")
     if sweep_values:
         for mode, dm in report.best_draft_max(records).items():
             terminal.note(f"best --draft-max for {mode}: {dm}")

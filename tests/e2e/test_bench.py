@@ -112,3 +112,68 @@ def test_bench_under_a_constraint(tiny_model: Path):
     assert all(0 < r["tokens"] <= 13 for r in runs) and all(r["identical"] for r in runs)
     bad = runner.invoke(app, ["bench", str(tiny_model), "--only", "code-edit-1", "--regex", "(["])
     assert bad.exit_code == 1 and "regex is not valid" in bad.stderr
+
+
+STAND_IN = '''#!{python}
+"""A stand-in for llama-server's API (the bench's side is what is tested): /health, and
+chat completions whose timings depend on --spec-type."""
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+kind = args[args.index("--spec-type") + 1] if "--spec-type" in args else "plain"
+rate = {{"plain": 100.0, "ngram-simple": 110.0, "ngram-mod": 150.0}}[kind]
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._send({{"status": "ok"}})
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = req["max_tokens"]
+        self._send({{"choices": [{{"message": {{"content": "word " * n}}}}],
+                    "timings": {{"predicted_per_second": rate, "predicted_n": n,
+                                "draft_n": 0 if kind == "plain" else n, "draft_n_accepted": 0 if kind == "plain" else n // 2}}}})
+
+
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def test_bench_beside_llama_server(tiny_model: Path, tmp_path: Path):
+    import sys
+
+    exe = tmp_path / "llama-server"
+    exe.write_text(STAND_IN.format(python=sys.executable))
+    exe.chmod(0o755)
+    res = runner.invoke(app, ["bench", str(tiny_model), "-n", "8", "--only", "code-edit-1", "-r", "2",
+                              "--vs-llama-server", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    modes = [r["mode"] for r in data["runs"]]
+    assert modes == ["off", "ngram", "llama-server plain", "llama-server ngram-simple", "llama-server ngram-mod"]
+    theirs = {r["mode"]: r for r in data["runs"] if r["mode"].startswith("llama-server")}
+    assert theirs["llama-server ngram-mod"]["ratio"] == 1.5 and theirs["llama-server ngram-mod"]["ratios"] == [1.5, 1.5]
+    assert theirs["llama-server ngram-simple"]["acceptance_rate"] == 0.5
+    row = data["against_llama_server"]["code-edit-1"]
+    assert row["llama_best"] == "ngram-mod" and row["llama_best_ratio"] == 1.5
+    assert row["ahead"] == round(row["localspec_ngram"] / 1.5, 3)
+    assert "llama-server ngram-mod" in res.stderr and "times its best" in res.stderr
+
+
+def test_bench_without_llama_server_where_it_is_said_is_one_sentence(tiny_model: Path, tmp_path: Path):
+    res = runner.invoke(app, ["bench", str(tiny_model), "--vs-llama-server", str(tmp_path)])
+    assert res.exit_code == 1 and "No llama-server in" in res.stderr and "Traceback" not in res.stderr

@@ -112,12 +112,12 @@ def test_an_unmeasured_size_costs_what_the_next_measured_one_does():
 
 
 def test_costs_follow_the_median_and_a_remembered_figure_is_one_vote():
-    c = Costs.from_dict({"target": {"1": 1.0, "3": 5.0, "4": 6.0, "8": 3.0}})
-    # impossible figures are bounded: no more than a larger batch, no more than b singles
+    c = Costs.from_dict({"target": {"1": 1.0, "3": 3.2, "4": 3.5, "8": 3.0}})
+    # figures that cannot hold are bounded: no more than a larger batch, no more than b singles
     assert c.target(4) == pytest.approx(3.0) and c.target(3) == pytest.approx(3.0)
     for t in (1.5, 1.6):
         c.observe_target(3, t)
-    assert c.target(3) == pytest.approx(1.6)  # two fresh decodes outvote the stored 5.0
+    assert c.target(3) == pytest.approx(1.6)  # two fresh decodes outvote the stored 3.2
     for t in (1.0, 1.1, 9.0, 1.0, 1.2):  # a spike does not move the median
         c.observe_target(1, t)
     assert c.target(1) == pytest.approx(1.05)  # the median of 1.0, 1.0, 1.0, 1.1, 1.2, 9.0
@@ -433,3 +433,22 @@ def test_draft_model_replay_keeps_the_run_of_matches_and_pays_for_every_draft():
     assert draft_model(truth, never, flat, 0.0, 4) == pytest.approx(1.0)
     half = "10" * 51
     assert draft_model(truth, half, flat, 0.0, 1) == pytest.approx(100 / 51)  # after a miss, two tokens a step
+
+
+def test_a_remembered_figure_that_cannot_be_right_is_measured_again():
+    """The costs cache held SmolLM2's T(2) at 52 times T(1) and T(5) at 139 times (a
+    disturbed run): such sizes were never drafted again, so never timed again."""
+    from localspec.engine.spec.policy import SpecPolicy
+
+    figures = {"1": 0.0092, "2": 0.4767, "3": 0.1379, "4": 0.1115, "5": 1.2814, "8": 0.0817, "16": 0.1222,
+               "32": 0.132, "64": 0.2001}
+    loaded = Costs()
+    for b, t in figures.items():
+        loaded.set_target(int(b), t)
+    assert loaded.implausible() == [2, 3, 4, 5]  # over b singles, or well over a larger batch
+    poisoned = Costs.from_dict({"target": figures})
+    assert sorted(poisoned.snapshot()) == [1, 8, 16, 32, 64]  # forgotten on loading
+    assert SpecPolicy(None, costs=poisoned).unmeasured(512, 64) == [2, 3, 4]  # calibration times them again
+    sane = Costs.from_dict({"target": {"1": 0.034, "2": 0.057, "3": 0.075, "4": 0.090, "8": 0.155, "12": 0.203,
+                                       "16": 0.196, "64": 0.606}})
+    assert sane.implausible() == [] and len(sane.snapshot()) == 8  # a tile's bump (12 over 16) is no mistake

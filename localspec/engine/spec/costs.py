@@ -94,6 +94,21 @@ class Costs:
         cheaper = [(r, size) for size, r in self._ratio.items() if b < size <= limit and r < ratio]
         return min(cheaper)[1] if cheaper else b  # the cheapest; of equals, the smallest
 
+    def implausible(self) -> list[int]:
+        """Sizes whose figure cannot be right: more than b single decodes, or well over
+        what a larger batch costs (past tile effects, which stay within ``tile_slack``).
+        A figure remembered from a disturbed run is otherwise kept for good: a size that
+        looks expensive is never drafted, so never timed again (a cache here held SmolLM2's
+        T(2) at 52 times T(1)). A remembered one is forgotten, and calibration times it again."""
+        sizes = sorted(self._ratio)
+        out = []
+        for i, b in enumerate(sizes):
+            r = self._ratio[b]
+            larger = min((self._ratio[x] for x in sizes[i + 1:]), default=float("inf"))
+            if b > 1 and (r > b * (1 + TUNING.tile_slack) or r > larger * (1 + TUNING.tile_slack)):
+                out.append(b)
+        return out
+
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds
 
@@ -156,6 +171,10 @@ class Costs:
         costs = cls()
         for b, t in sorted((int(b), float(t)) for b, t in data.get("target", {}).items()):
             costs.set_target(b, t)
+        for b in costs.implausible():
+            costs._obs.pop(b, None)
+            costs._ratio.pop(b, None)
+        costs._shape = None
         costs.draft_step = float(data.get("draft_step", 0.0))
         costs.draft_per_token = float(data.get("draft_per_token", 0.0))
         return costs
