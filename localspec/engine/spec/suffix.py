@@ -79,11 +79,3 @@ class SuffixIndex:
         if n == 0 or k <= 0:
             return 0, []
         return n, self.tokens[start : start + k]
-
-    def lookup(self, k: int) -> tuple[int, list[int], int]:
-        """(match length, up to ``k`` tokens that followed the earlier occurrence, where
-        they start); (0, [], -1) when nothing matched."""
-        n, start = self.match()
-        if n == 0 or k <= 0:
-            return 0, [], -1
-        return n, self.tokens[start : start + k], start
