@@ -63,6 +63,7 @@ class SpecConfig:
     ngram_min: int = 1
     ngram_max: int = 4
     adaptive: bool = True  # False: always draft draft_max (for measuring)
+    share: bool = True  # search and feed the engine's store of earlier requests' texts, where it keeps one
 
     def __post_init__(self) -> None:
         mode = self.mode.lower() if isinstance(self.mode, str) else self.mode
@@ -164,6 +165,7 @@ class Request:
     beams: int | None = None
     length_penalty: float = 1.0
     early_stopping: bool = False  # stop as soon as `beams` hypotheses have ended
+    store_key: str = ""  # whose earlier texts n-gram drafting may copy (one store per key)
     # Functions the model may call (the chat template is given them). Under "auto" a call's
     # arguments are held to its parameter schema once the call's opening marker appears;
     # under "required" or a named ``tool_choice`` (a function's name), from the first token.

@@ -75,6 +75,10 @@ def serve(
         ReasoningFormat.auto, "--reasoning-format", case_sensitive=False,
         help="<think> blocks go to reasoning_content: auto (where the model's template thinks), deepseek (always), "
              "none (left in the content)."),
+    store_tokens: int = typer.Option(
+        32768, "--store-tokens", min=0, max=1 << 22,
+        help="Tokens of recent requests' prompts and answers kept for n-gram drafting to copy from (an agent "
+             "re-sending files and earlier answers drafts from them); 0 keeps none."),
     slots: Slots = DEFAULT_SLOTS,
     ctx_size: CtxSize = D["ctx_size"],
     draft: Draft = D["draft"],
@@ -115,7 +119,7 @@ def serve(
     config = ServerConfig(
         host=host, port=port, api_key=api_key or None, alias=alias or names[0],
         names=names, max_queue=max_queue, cors_origins=tuple(cors_origin), sampling=s.sampling(),
-        max_tokens=s.max_tokens, reasoning_format=reasoning_format.value,
+        max_tokens=s.max_tokens, reasoning_format=reasoning_format.value, store_tokens=store_tokens,
     )
     if not auth.is_loopback(host) and not api_key:
         terminal.note(f"warning: listening on {host} without --api-key: anyone who can reach this port can use it")
@@ -165,8 +169,10 @@ def _load(s, offline: bool, verbose: bool, state, server, config) -> None:
 
     backend.set_verbose(verbose)
     try:
-        state.engine = engine = open_engine(s, offline=offline, note=terminal.note,
-                                            detail=terminal.note if verbose else lambda _: None)
+        engine = open_engine(s, offline=offline, note=terminal.note,
+                             detail=terminal.note if verbose else lambda _: None)
+        engine.keep_texts(config.store_tokens)
+        state.engine = engine
     except Exception as exc:  # one sentence, and the server stops
         message = getattr(exc, "message", None) or f"internal error: {exc!r}"
         state.error = message

@@ -117,6 +117,8 @@ def check(request: Request, n_vocab: int) -> None:
     if isinstance(request.top_logprobs, bool) or not isinstance(request.top_logprobs, int) \
             or not 0 <= request.top_logprobs <= 20:
         raise InvalidRequest(f"top_logprobs must be from 0 to 20, not {request.top_logprobs!r}.")
+    if not isinstance(request.store_key, str):
+        raise InvalidRequest(f"store_key must be a string, not {request.store_key!r}.")
     if not all(isinstance(x, str) for x in request.stop):
         raise InvalidRequest("stop must be a list of strings.")
     if request.beams is not None:

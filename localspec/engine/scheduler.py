@@ -20,6 +20,7 @@ from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margi
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
 from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
+from localspec.engine.spec.store import Store
 from localspec.engine.spec.verify import verify
 from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
@@ -221,6 +222,10 @@ class Engine:
                                  spec.accepted / spec.drafted if spec and spec.drafted else None))
         return out
 
+    def keep_texts(self, budget: int) -> None:
+        """Keep ``budget`` tokens of recent requests' texts per store key to draft from (0: none)."""
+        self.policy.store = Store(budget) if budget > 0 else None
+
     @property
     def costs(self):
         """The measured decode costs speculation decides with."""
@@ -344,7 +349,7 @@ class Engine:
         slot.sampler = Sampler(params, job.prompt[-params.penalty_last_n :] if params.penalized else None,
                                [self.constraints.processor(constraint)] if constraint is not None else None)
         slot.text = TextAssembler(job.request.stop)
-        slot.spec = self.policy.start(job.prompt, job.spec)
+        slot.spec = self.policy.start(job.prompt, job.spec, job.request.store_key)
         slot.job = job
         slot.cached = keep
         slot.prefill_at = keep
@@ -541,6 +546,7 @@ class Engine:
                 for other in self._slots:  # choices waiting for this prompt end alike
                     if other.active and other.follows is slot:
                         self._finish(other, reason, error)
+            self.policy.remember(job.request.store_key, slot.spec)
         finally:
             now = time.perf_counter()
             first = slot.t_first or now
@@ -587,11 +593,7 @@ def _message(exc: Exception) -> str:
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _empty_result(job: _Job, reason: FinishReason, error: str | None = None) -> Result:

@@ -51,6 +51,7 @@ class ServerConfig:
     # <think> blocks: "auto" splits them into reasoning_content where the template thinks,
     # "deepseek" always, "none" leaves them in the content
     reasoning_format: str = "auto"
+    store_tokens: int = 0  # tokens of earlier requests' texts kept for drafting (Engine.keep_texts)
 
 
 class ServerState:

@@ -103,6 +103,7 @@ class Speculative(_Body):
     draft_p_min: Optional[Number] = None
     ngram_min: Optional[StrictInt] = None
     ngram_max: Optional[StrictInt] = None
+    share: Optional[StrictBool] = None  # false: neither copy from earlier requests nor keep this one
 
 
 class JsonSchemaFormat(_Body):

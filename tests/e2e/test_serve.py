@@ -400,3 +400,22 @@ def test_response_format_and_grammar(server: Server):
     assert status == 400 and body["error"]["param"] == "grammar" and "at most" in body["error"]["message"]
     status, body = server.post("/v1/completions", {"prompt": "abc", "max_tokens": 2})
     assert status == 200
+
+
+def test_an_answer_given_before_is_drafted_from_earlier_requests(server: Server):
+    """serve keeps recent requests' texts (--store-tokens): the same question again drafts
+    its earlier answer; a request may opt out ("share": false)."""
+    def ask(**spec):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "the store test: tell a long story"}],
+                "max_tokens": 48, "temperature": 0, "speculative": {"mode": "ngram", **spec}}
+        status, out = server.post("/v1/chat/completions", body)
+        assert status == 200, out
+        return out["choices"][0]["message"]["content"], out["speculative"]["accepted"]
+
+    first, kept_first = ask()
+    again, kept_again = ask()
+    alone, kept_alone = ask(share=False)
+    assert first == again == alone  # f32: drafts change nothing
+    assert kept_again >= 40 and kept_first < 20 and kept_alone < 20
+    status, bad = server.post("/v1/chat/completions", {"messages": MSG, "speculative": {"share": "yes"}})
+    assert status == 400 and bad["error"]["param"] == "speculative.share"

@@ -153,6 +153,44 @@ class RunAcceptance:
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(rates))))
 
 
+class MatchAcceptance:
+    """Acceptance of a copy by the length of the match behind it: the chance that the
+    text goes on following an earlier text it has followed for the last n tokens, in
+    doubling bands of n (1, 2-3, 4-7, ..., 64+), each band on its own measured prior
+    (TUNING.match_priors) and learnt per request from every drafted token judged. A
+    token at depth j of a draft behind a match of n is judged at n + j - 1: deep in a
+    long copy, every token of a long draft is likely kept."""
+
+    BANDS = 7
+
+    def __init__(self, decay: float = TUNING.decay) -> None:
+        self.decay = decay
+        self.tried = [0.0] * self.BANDS
+        self.kept = [0.0] * self.BANDS
+
+    @classmethod
+    def band(cls, n: int) -> int:
+        return min(cls.BANDS, max(1, n).bit_length()) - 1
+
+    def update(self, n: int, drafted: int, accepted: int) -> None:
+        """A draft behind a match of ``n`` judged: ``accepted`` of ``drafted`` kept."""
+        if drafted == 0:
+            return
+        self.tried = [t * self.decay for t in self.tried]
+        self.kept = [k * self.decay for k in self.kept]
+        for j in range(min(accepted + 1, drafted)):  # positions actually judged
+            b = self.band(n + j)
+            self.tried[b] += 1
+            self.kept[b] += j < accepted
+
+    def expected_tokens(self, n: int, k: int) -> np.ndarray:
+        """Tokens one step yields with 0..k drafts behind a match of ``n``."""
+        w, priors = TUNING.run_weight, TUNING.match_priors
+        by_band = [(self.kept[b] + w * priors[b]) / (self.tried[b] + w) for b in range(self.BANDS)]
+        rates = np.array([by_band[self.band(n + j)] for j in range(k)])
+        return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(rates))))
+
+
 # The band of each run position (judge()'s (p - 1).bit_length(), capped), looked up, not
 # computed, in the choice of k.
 _BAND_OF = np.minimum(RunAcceptance.BANDS - 1, np.frexp(np.arange(-1, 1 << 13, dtype=float))[1]).astype(np.intp)

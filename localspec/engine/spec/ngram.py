@@ -53,5 +53,5 @@ class NgramIndex:
 
     def accepted(self, start: int, count: int) -> None:
         """``count`` tokens proposed from ``start`` were kept: the copy continues there."""
-        if count > 0:
+        if count > 0 and start >= 0:  # (a proposal from elsewhere, start -1, moves no cursor)
             self.cursor = start + count

@@ -15,10 +15,11 @@ from typing import Any, Literal
 import numpy as np
 
 from localspec.engine.sampling import Distribution, Sampler, one_hot, top_probability
-from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
+from localspec.engine.spec.acceptance import Acceptance, MatchAcceptance, RunAcceptance
 from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
 from localspec.engine.spec.ngram import NgramIndex
+from localspec.engine.spec.store import Recall, Store
 from localspec.engine.spec.tuning import TUNING
 from localspec.types import SpecConfig, SpecStats
 
@@ -78,6 +79,8 @@ class SpecState:
     sample_s: float = 0.0
     shadow: Shadow | None = None
     shadowed: int = 0  # proposals judged without drafting
+    recall: Recall | None = None  # the text's end matched against earlier requests' texts
+    accept_store: MatchAcceptance = field(default_factory=MatchAcceptance)  # drafts from the store
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
@@ -92,6 +95,8 @@ class SpecState:
         comes (evidence at once, not after a whole proposal's worth of steps)."""
         if self.ngram is not None:
             self.ngram.extend([token])
+        if self.recall is not None:
+            self.recall.extend([token])
         shadow = self.shadow
         if shadow is None:
             return
@@ -121,7 +126,10 @@ class SpecState:
         self.by_drafter[proposal.kind] = (d + drafted, a + accepted)
         for position in range(1, accepted + 1):
             self.accepted_at[position] = self.accepted_at.get(position, 0) + 1
-        if proposal.kind == "ngram":
+        if proposal.kind == "ngram" and proposal.start < 0:  # from an earlier request's text
+            self.ngram_drafted += drafted
+            self.accept_store.update(proposal.order, drafted, accepted)
+        elif proposal.kind == "ngram":
             self.ngram_drafted += drafted
             self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
             self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
@@ -174,19 +182,27 @@ class SpecPolicy:
         self.batch_capacity = batch_capacity  # the target batch holds every slot's drafts
         self.costs = costs or Costs()
         self.calibrated = costs is not None  # measured now or remembered: worth saving
+        self.store: Store | None = None  # earlier requests' texts, where the engine keeps them
 
-    def start(self, prompt: list[int], config: SpecConfig) -> SpecState | None:
+    def start(self, prompt: list[int], config: SpecConfig, store_key: str = "") -> SpecState | None:
         """A new request's speculation state (None: it runs plain)."""
         drafters = "ngram" if config.mode == "auto" and self.draft is None else config.mode
         if drafters == "off":
             return None
+        recall = self.store.recall(store_key, prompt) if self.store and config.share and drafters != "draft" else None
         return SpecState(
+            recall=recall,
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
             accept_ngram=RunAcceptance(),
             accept_draft=Acceptance(prior=TUNING.draft_prior, k_max=config.draft_max),
         )
+
+    def remember(self, store_key: str, spec: SpecState | None) -> None:
+        """A request ended: its prompt and output join the store its key searches."""
+        if self.store is not None and spec is not None and spec.config.share and spec.ngram is not None:
+            self.store.add(store_key, spec.ngram.tokens)
 
     def propose(self, slots: list[SlotView], generating: int | None = None) -> dict[int, Proposal]:
         """Proposals by sequence id: n-gram lookups at once, the draft model's jobs in one
@@ -206,16 +222,22 @@ class SpecPolicy:
                 continue
             if spec.ngram is not None:
                 order, tokens, start = spec.ngram.propose(room)
+                if spec.recall is not None:  # a long match in an earlier request's text wins
+                    n, recalled = spec.recall.propose(room)
+                    if n >= TUNING.store_min_match:
+                        order, tokens, start = n, recalled, -1
                 if tokens and slot.sampler is not None:  # cut where the request's constraint rejects it
                     tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
                 if tokens:
-                    expected = spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order)
+                    expected = (spec.accept_store.expected_tokens(order, len(tokens)) if start < 0 else
+                                spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order))
                     k = self._choose(spec, len(tokens), expected, 0.0)
                     if k:
                         proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order, start)
                         spec.shadow = None
                         continue
-                    spec.shadow_proposal(order, tokens, start)  # judged on the output instead
+                    if start >= 0:
+                        spec.shadow_proposal(order, tokens, start)  # judged on the output instead
                 if spec.drafters == "ngram":
                     continue
             # auto: the draft model where the n-gram lookup has nothing that pays

@@ -79,3 +79,20 @@ class SuffixIndex:
         if n == 0 or k <= 0:
             return 0, []
         return n, self.tokens[start : start + k]
+
+    def step(self, state: int, length: int, token: int) -> tuple[int, int]:
+        """Matching another text against this one, a token at a time: from the state and
+        length of the longest suffix of that text that occurs here, the state and length
+        once ``token`` is appended (amortised O(1))."""
+        nxt, link = self._next, self._link
+        while state and token not in nxt[state]:
+            state = link[state]
+            length = self._len[state]
+        if token in nxt[state]:
+            return nxt[state][token], length + 1
+        return 0, 0
+
+    def after(self, state: int, k: int) -> list[int]:
+        """Up to ``k`` tokens that follow the first occurrence of ``state``'s strings."""
+        start = self._first_end[state] + 1
+        return self.tokens[start : start + k]
