@@ -20,6 +20,7 @@ from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.store import Recall, Store
+from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING
 from localspec.types import SpecConfig, SpecStats
 
@@ -80,6 +81,7 @@ class SpecState:
     shadow: Shadow | None = None
     shadowed: int = 0  # proposals judged without drafting
     recall: Recall | None = None  # the text's end matched against earlier requests' texts
+    own: SuffixIndex | None = None  # and against its own earlier text (with a recall only)
     accept_store: MatchAcceptance = field(default_factory=MatchAcceptance)  # drafts from the store
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
@@ -97,6 +99,7 @@ class SpecState:
             self.ngram.extend([token])
         if self.recall is not None:
             self.recall.extend([token])
+            self.own.extend([token])
         shadow = self.shadow
         if shadow is None:
             return
@@ -191,7 +194,7 @@ class SpecPolicy:
             return None
         recall = self.store.recall(store_key, prompt) if self.store and config.share and drafters != "draft" else None
         return SpecState(
-            recall=recall,
+            recall=recall, own=SuffixIndex(prompt) if recall is not None else None,
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
@@ -222,9 +225,9 @@ class SpecPolicy:
                 continue
             if spec.ngram is not None:
                 order, tokens, start = spec.ngram.propose(room)
-                if spec.recall is not None:  # a long match in an earlier request's text wins
+                if spec.recall is not None:  # a longer match in an earlier request's text wins
                     n, recalled = spec.recall.propose(room)
-                    if n >= TUNING.store_min_match:
+                    if n >= TUNING.store_min_match and n > spec.own.match()[0]:
                         order, tokens, start = n, recalled, -1
                 if tokens and slot.sampler is not None:  # cut where the request's constraint rejects it
                     tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
