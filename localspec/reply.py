@@ -213,8 +213,8 @@ class _Calls:
                 return lead, lead
             if any(o.startswith(opening) for o in _OPENERS + ((marker,) if marker else ())):
                 return None, 0
-        if marker:
-            at = self.buf.find(marker)
+        if marker:  # the text passed on so far holds no marker: search only what is held
+            at = self.buf.find(marker, self.sent)
             if at >= 0:
                 return at, at
             return None, len(self.buf) - _partial_suffix(self.buf, marker)

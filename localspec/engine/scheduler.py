@@ -135,13 +135,17 @@ class Engine:
     # ------------------------------------------------------------------ front-end API
 
     def prepare(self, request: Request) -> tuple[list[int], str | None]:
-        """Validate the request and turn it into prompt tokens (in the caller's thread,
-        so that bad input fails at once)."""
+        """Validate the request and tokenize its prompt, in the caller's thread (bad input fails at once)."""
+        return self._prepare(request)[1:]
+
+    def _prepare(self, request: Request) -> tuple[Request, list[int], str | None]:
+        """``prepare``, and the request with the constraint it runs under (its tools' grammar)."""
         intake.check(request, self.model.n_vocab)
         constraint = self.constraint_for(request)
         if constraint is not None:
             self.constraints.grammar(constraint)  # a bad one fails here, in one sentence
-        return intake.prompt_tokens(self.model, request, self.n_ctx)
+        tokens, template = intake.prompt_tokens(self.model, request, self.n_ctx)
+        return (replace(request, constraint=constraint) if request.tools else request), tokens, template
 
     def constraint_for(self, request: Request) -> Constraint | None:
         """The request's constraint, or the grammar of its tool calls."""
@@ -156,9 +160,8 @@ class Engine:
         return self.submit_n(request, 1)[0]
 
     def submit_n(self, request: Request, n: int) -> list[Stream]:
-        """``n`` choices for one prompt, decoded together on ``n`` slots: the prompt is
-        prefilled once and its KV cache copied to the others (``llama_memory_seq_cp``).
-        With a seed, choice i samples with seed + i."""
+        """``n`` choices for one prompt, decoded together on ``n`` slots: the prompt is prefilled
+        once and its KV cache copied to the others (``llama_memory_seq_cp``); choice i samples with seed + i."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(self._slots):
             raise InvalidRequest(f"n must be from 1 to the number of slots ({len(self._slots)}), not {n!r}.")
         if isinstance(request.beams, int) and (n != 1 or request.beams > len(self._slots)):
@@ -168,16 +171,13 @@ class Engine:
                 raise EngineClosed("The engine has been shut down.")
             self._submitting += 1
         try:
-            tokens, template = self.prepare(request)
-            if request.tools:
-                request = replace(request, constraint=self.constraint_for(request))
-            spec = intake.spec_for(request, self.spec, self.draft is not None)
+            request, tokens, template = self._prepare(request)
+            spec, thinking = intake.spec_for(request, self.spec, self.draft is not None), intake.opens_thinking(self.model, tokens)
             jobs = []
             for i in range(n):
                 seed = request.sampling.seed
                 choice = request if i == 0 or seed is None else replace(request, sampling=replace(request.sampling, seed=seed + i))
-                stream = Stream(self._wake, len(tokens), template, intake.opens_thinking(self.model, tokens))
-                jobs.append(_Job(choice, tokens, stream, spec))
+                jobs.append(_Job(choice, tokens, Stream(self._wake, len(tokens), template, thinking), spec))
             self._inbox.put(jobs)
             return [job.stream for job in jobs]
         finally:
