@@ -445,7 +445,7 @@ def test_a_remembered_figure_that_cannot_be_right_is_measured_again():
     loaded = Costs()
     for b, t in figures.items():
         loaded.set_target(int(b), t)
-    assert loaded.implausible() == [2, 3, 4, 5]  # over b singles, or well over a larger batch
+    assert loaded.implausible() == [2, 3, 4, 5]  # well over b single decodes
     poisoned = Costs.from_dict({"target": figures})
     assert sorted(poisoned.snapshot()) == [1, 8, 16, 32, 64]  # forgotten on loading
     assert SpecPolicy(None, costs=poisoned).unmeasured(512, 64) == [2, 3, 4]  # calibration times them again

@@ -95,19 +95,15 @@ class Costs:
         return min(cheaper)[1] if cheaper else b  # the cheapest; of equals, the smallest
 
     def implausible(self) -> list[int]:
-        """Sizes whose figure cannot be right: more than b single decodes, or well over
-        what a larger batch costs (past tile effects, which stay within ``tile_slack``).
-        A figure remembered from a disturbed run is otherwise kept for good: a size that
-        looks expensive is never drafted, so never timed again (a cache here held SmolLM2's
-        T(2) at 52 times T(1)). A remembered one is forgotten, and calibration times it again."""
-        sizes = sorted(self._ratio)
-        out = []
-        for i, b in enumerate(sizes):
-            r = self._ratio[b]
-            larger = min((self._ratio[x] for x in sizes[i + 1:]), default=float("inf"))
-            if b > 1 and (r > b * (1 + TUNING.tile_slack) or r > larger * (1 + TUNING.tile_slack)):
-                out.append(b)
-        return out
+        """Sizes whose figure cannot be right: a batch of b costing more than
+        ``implausible_factor`` times b single decodes, by more than timer jitter
+        (``implausible_ms``: a tiny model's 0.1 ms decodes are all jitter). A figure
+        remembered from a disturbed run is otherwise kept for good: a size that looks
+        expensive is never drafted, so never timed again (a cache here held SmolLM2's T(2)
+        at 52 times T(1)). A remembered one is forgotten, and calibration times it again."""
+        limit = TUNING.implausible_factor
+        return [b for b, r in sorted(self._ratio.items())
+                if b > 1 and r > limit * b and (r - limit * b) * self.t1 > TUNING.implausible_ms / 1e3]
 
     def observe_draft(self, seconds: float) -> None:
         self.draft_step = seconds if self.draft_step == 0 else 0.9 * self.draft_step + 0.1 * seconds

@@ -72,9 +72,11 @@ class Tuning:
     # monotonic between these (2-core CPU: 12 rows cost more than 16, 17 up to 1.4 times
     # 16), so the sizes that kernels favour are measured, not extrapolated.
     calibration: tuple[int, ...] = (1, 2, 3, 4, 8, 16, 32, 64, 128)
-    # A size may cost more than a larger one by this much (tiles: 17 rows 1.4 times 16 was
-    # the most seen); beyond it, or beyond b single decodes, a figure is measured again.
-    tile_slack: float = 0.5
+    # A remembered batch of b costing over this many times b single decodes, by more than
+    # implausible_ms, is measured again (a disturbed run left SmolLM2's T(2) at 52 T(1), T(5)
+    # at 139; real batches cost at most b singles, and tiny models' figures are all jitter).
+    implausible_factor: float = 2.0
+    implausible_ms: float = 1.0
     cost_window: int = 15  # decodes a size's median follows (T(1) drifted 37 -> 50 ms in a run)
     cost_table_min: int = 65  # sizes tabled at least: the longest draft at --draft-max 64
 
