@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from localspec.bench.replay import fixed_rule, oracle, replay
+from localspec.bench.replay import fixed_rule, mod_rule, oracle, replay
 
 
 def record(model: str, out: str, max_tokens: int, prompts: str | None) -> None:
@@ -91,6 +91,7 @@ def main() -> None:
                      help="ms by batch size (default: a 2-core EPYC, Qwen2.5-Coder-1.5B Q4_K_M)")
     rep.add_argument("--costs-json", help="a costs.json written by the engine")
     rep.add_argument("--draft-max", type=int, default=64)
+    rep.add_argument("--steps", action="store_true", help="list every draft (k, kept)")
     args = ap.parse_args()
     if args.command == "record":
         record(args.model, args.out, args.max_tokens, args.prompts)
@@ -107,8 +108,9 @@ def main() -> None:
         result = replay(d["prompt"], d["truth"], table, args.draft_max)
         best = oracle(d["prompt"], d["truth"], table, args.draft_max)
         rule = fixed_rule(d["prompt"], d["truth"], table)
-        print(f"{name:16s} {result.speedup:5.2f}x  llama.cpp ngram-simple {rule:5.2f}x  oracle {best:5.2f}x  "
-              f"drafts (k, kept): {result.steps}")
+        mod = mod_rule(d["prompt"], d["truth"], table)
+        print(f"{name:16s} {result.speedup:5.2f}x  llama.cpp ngram-simple {rule:5.2f}x  ngram-mod {mod:5.2f}x  "
+              f"oracle {best:5.2f}x  drafts (k, kept): {result.steps if args.steps else len(result.steps)}")
 
 
 if __name__ == "__main__":

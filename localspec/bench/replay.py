@@ -96,6 +96,47 @@ def fixed_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: 
     return speedup(truth, table, elapsed)
 
 
+def mod_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: int = 24, m_min: int = 48,
+             m_max: int = 64) -> float:
+    """llama.cpp's ngram-mod rule (common/speculative.cpp, defaults n_match 24, n_min 48,
+    n_max 64) replayed the same way: a table from every n tokens to the token that
+    followed them (the latest occurrence wins), the output added in chunks of 32; a draft
+    chains lookups from the last n tokens and is made only when at least ``m_min`` tokens
+    chain. Fresh per request (llama-server shares the table across requests)."""
+    history = [*prompt, *truth[:1]]
+    table_next: dict[tuple[int, ...], int] = {}
+    added = 0  # history[:added + n] is in the table
+
+    def add_upto(end: int) -> None:
+        nonlocal added
+        for i in range(added, end - n):
+            table_next[tuple(history[i : i + n])] = history[i + n]
+        added = max(added, end - n)
+
+    add_upto(len(prompt))
+    done, elapsed = 1, 0.0
+    while done < len(truth):
+        cached = len(history) - 1
+        if added + 32 < cached:
+            add_upto(cached)
+        window = history[-n:]
+        drafts: list[int] = []
+        room = min(m_max, len(truth) - done - 1)
+        while len(drafts) < room:
+            token = table_next.get(tuple(window[len(window) - n :]))
+            if token is None:
+                break
+            drafts.append(token)
+            window.append(token)
+        if len(drafts) < m_min:
+            drafts = []
+        good = kept(drafts, truth, done)
+        elapsed += tile_cost(table, len(drafts) + 1)
+        history.extend(truth[done : done + good + 1])
+        done += good + 1
+    return speedup(truth, table, elapsed)
+
+
 def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
            ngram: tuple[int, int] = (1, 4)) -> float:
     """The best speedup any choice of draft lengths could reach with the n-gram

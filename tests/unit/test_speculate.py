@@ -379,7 +379,9 @@ FLAT = {1: 10.0, 2: 10.0, 4: 10.2, 8: 10.3, 16: 10.5, 32: 11.0, 64: 12.0, 128: 1
 def _deep_in_a_copy(policy: SpecPolicy) -> SlotView:
     """A request 40 tokens into a copy of its prompt, after copies that went on."""
     source = list(range(100, 300))
-    spec = policy.start(source + source[:60], SpecConfig(mode="ngram"))
+    spec = policy.start(source, SpecConfig(mode="ngram"))
+    for token in source[:60]:  # written out: every token judged against the longest match
+        spec.emitted(token)
     for _ in range(3):
         spec.accept_ngram.update(0, 5, 5, 4)
         for run in range(5, 120, 15):
@@ -452,3 +454,32 @@ def test_a_remembered_figure_that_cannot_be_right_is_measured_again():
     sane = Costs.from_dict({"target": {"1": 0.034, "2": 0.057, "3": 0.075, "4": 0.090, "8": 0.155, "12": 0.203,
                                        "16": 0.196, "64": 0.606}})
     assert sane.implausible() == [] and len(sane.snapshot()) == 8  # a tile's bump (12 over 16) is no mistake
+
+
+def _written(source: list[int], output: list[int]) -> SlotView:
+    """A request whose prompt is ``source`` and that has written ``output`` so far."""
+    spec = SpecPolicy(None).start(source, SpecConfig(mode="ngram"))
+    for token in output:
+        spec.emitted(token)
+    return SlotView(seq=0, tokens=source + output[:-1], pending=output[-1], room=1000, state=spec,
+                    sampler=Sampler(SamplingParams(temperature=0.0)))
+
+
+def test_a_long_match_drafts_long_in_a_faithful_copy_and_not_on_its_length_alone():
+    """The longest earlier match proposes once it is 8+ tokens long, judged by its length
+    and by how the text's matches held so far: 30 tokens into a file written out again
+    (every token followed the match), a long draft pays even on a steep CPU; the same
+    30-token match with nothing judged yet (a signature restated at the start of new
+    code) is not trusted that far on the prior alone there."""
+    source = list(range(100, 400))
+    faithful = _written(source, source[:30])
+    unproven = _written(source + [7] + source[:29], source[29:30])
+    for view in (faithful, unproven):
+        assert view.state.own.match()[0] >= 30
+    drafted = SpecPolicy(None, costs=costs_from(STEEP)).propose([faithful], 1)[0]
+    assert drafted.source == "match" and len(drafted.tokens) >= 15
+    assert drafted.tokens == source[30 : 30 + len(drafted.tokens)]
+    short = SpecPolicy(None, costs=costs_from(STEEP)).propose([unproven], 1).get(0)
+    assert short is None or len(short.tokens) <= 4
+    assert (faithful.state.accept_own.expected_tokens(30, 32)[-1]
+            > unproven.state.accept_own.expected_tokens(30, 32)[-1] + 5)

@@ -80,3 +80,42 @@ def test_on_recorded_answers_long_matches_predict_the_next_token():
             index.extend([t])
     long_rate, short_rate = hits[True][1] / hits[True][0], hits[False][1] / max(1, hits[False][0])
     assert hits[True][0] > 100 and long_rate > 0.8 and long_rate > short_rate + 0.2, hits
+
+
+@pytest.mark.parametrize("alphabet,seed", [(2, 4), (3, 5), (6, 6)])
+def test_a_proposal_stops_where_earlier_occurrences_of_its_context_went_different_ways(alphabet: int, seed: int):
+    """propose_unbranched keeps a token only while every earlier occurrence of the text's
+    end followed by the tokens kept so far went on with that same token (brute force)."""
+    rng = random.Random(seed)
+    index = SuffixIndex()
+    tokens: list[int] = []
+    for _ in range(200):
+        t = rng.randrange(alphabet)
+        index.extend([t])
+        tokens.append(t)
+        n, proposal = index.propose_unbranched(12)
+        full_n, full = index.propose(12)
+        assert n == full_n and full[: len(proposal)] == proposal
+        if n == 0:
+            continue
+        context = tokens[len(tokens) - n :]
+        for j in range(1, len(proposal) + 1):  # each kept token past the first: no other way went on
+            pattern = context + proposal[: j]
+            follows = {tokens[e + 1] for e in range(len(pattern) - 1, len(tokens) - 1)
+                       if tokens[e - len(pattern) + 1 : e + 1] == pattern}
+            if j < len(proposal):
+                assert follows == {proposal[j]}
+            else:
+                assert len(proposal) == min(12, len(full)) or len(follows) > 1
+        first = {tokens[e + 1] for e in range(n - 1, len(tokens) - 1) if tokens[e - n + 1 : e + 1] == context}
+        assert index.branches() == (len(first) > 1)
+
+
+def test_repeated_boilerplate_is_proposed_only_as_far_as_its_copies_agreed():
+    """A block written twice with different endings: the third time the copy is proposed
+    up to where the earlier two parted, not into either ending."""
+    block = [1, 2, 3, 4, 5, 6]
+    index = SuffixIndex(block + [7, 8] + [10] + block + [9, 9] + [11] + block[:2])
+    n, proposal = index.propose_unbranched(10)
+    assert n == 2 and proposal == [3, 4, 5, 6]
+    assert index.propose(10)[1][:5] == [3, 4, 5, 6, 7]  # the first occurrence's ending

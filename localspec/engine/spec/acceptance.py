@@ -183,10 +183,27 @@ class MatchAcceptance:
             self.tried[b] += 1
             self.kept[b] += j < accepted
 
+    def judge(self, n: int, kept: bool) -> None:
+        """One output token judged against what followed the earlier occurrence of a
+        match of ``n``: every token is evidence, drafted or not."""
+        d = TUNING.match_token_decay
+        self.tried = [t * d for t in self.tried]
+        self.kept = [k * d for k in self.kept]
+        b = self.band(n)
+        self.tried[b] += 1
+        self.kept[b] += kept
+
     def expected_tokens(self, n: int, k: int) -> np.ndarray:
         """Tokens one step yields with 0..k drafts behind a match of ``n``."""
         w, priors = TUNING.run_weight, TUNING.match_priors
-        by_band = [(self.kept[b] + w * priors[b]) / (self.tried[b] + w) for b in range(self.BANDS)]
+        # How much likelier to break than the priors say this text has been, over every
+        # band judged: a text whose short matches break often (boilerplate) is trusted
+        # less on long ones before they are judged, a faithful copy more.
+        expected = sum(t * (1.0 - p) for t, p in zip(self.tried, priors))
+        failed = sum(t - k for t, k in zip(self.tried, self.kept))
+        m = (failed + TUNING.match_scale_weight * TUNING.match_scale_prior) / (expected + TUNING.match_scale_weight)
+        by_band = [(self.kept[b] + w * max(0.0, 1.0 - m * (1.0 - priors[b]))) / (self.tried[b] + w)
+                   for b in range(self.BANDS)]
         rates = np.array([by_band[self.band(n + j)] for j in range(k)])
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(rates))))
 

@@ -34,7 +34,10 @@ class Proposal:
     tokens: list[int]
     qs: list[Distribution]
     order: int = 0  # n-gram: the length of the match
-    start: int = -1  # n-gram: where in the index the tokens were copied from
+    start: int = -1  # n-gram: where in the request's text the tokens were copied from
+    # n-gram: which index proposed: "ngram" (the short n-gram index), "match" (the
+    # longest earlier match in the request's own text), "store" (earlier requests' texts)
+    source: Literal["ngram", "match", "store"] = "ngram"
 
 
 @dataclass
@@ -81,8 +84,9 @@ class SpecState:
     shadow: Shadow | None = None
     shadowed: int = 0  # proposals judged without drafting
     recall: Recall | None = None  # the text's end matched against earlier requests' texts
-    own: SuffixIndex | None = None  # and against its own earlier text (with a recall only)
+    own: SuffixIndex | None = None  # and against its own earlier text
     accept_store: MatchAcceptance = field(default_factory=MatchAcceptance)  # drafts from the store
+    accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)  # every token, by own match
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
@@ -97,9 +101,13 @@ class SpecState:
         comes (evidence at once, not after a whole proposal's worth of steps)."""
         if self.ngram is not None:
             self.ngram.extend([token])
+        if self.own is not None:
+            n, start = self.own.match()
+            if n and not self.own.branches():
+                self.accept_own.judge(n, token == self.own.tokens[start])
+            self.own.extend([token])
         if self.recall is not None:
             self.recall.extend([token])
-            self.own.extend([token])
         shadow = self.shadow
         if shadow is None:
             return
@@ -129,12 +137,13 @@ class SpecState:
         self.by_drafter[proposal.kind] = (d + drafted, a + accepted)
         for position in range(1, accepted + 1):
             self.accepted_at[position] = self.accepted_at.get(position, 0) + 1
-        if proposal.kind == "ngram" and proposal.start < 0:  # from an earlier request's text
+        if proposal.kind == "ngram":
             self.ngram_drafted += drafted
-            self.accept_store.update(proposal.order, drafted, accepted)
-        elif proposal.kind == "ngram":
-            self.ngram_drafted += drafted
-            self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
+            if proposal.source == "store":
+                self.accept_store.update(proposal.order, drafted, accepted)
+            elif proposal.source == "ngram":
+                self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
+            # ("match": every token was judged as it came, in emitted)
             self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
             if self.ngram is not None:
                 self.ngram.accepted(proposal.start, accepted)
@@ -194,7 +203,7 @@ class SpecPolicy:
             return None
         recall = self.store.recall(store_key, prompt) if self.store and config.share and drafters != "draft" else None
         return SpecState(
-            recall=recall, own=SuffixIndex(prompt) if recall is not None else None,
+            recall=recall, own=SuffixIndex(prompt) if drafters in ("ngram", "auto") else None,
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
@@ -224,22 +233,20 @@ class SpecPolicy:
             if room <= 0:
                 continue
             if spec.ngram is not None:
-                order, tokens, start = spec.ngram.propose(room)
-                if spec.recall is not None:  # a longer match in an earlier request's text wins
-                    n, recalled = spec.recall.propose(room)
-                    if n >= TUNING.store_min_match and n > spec.own.match()[0]:
-                        order, tokens, start = n, recalled, -1
+                order, tokens, start, source = self._lookup(spec, room)
                 if tokens and slot.sampler is not None:  # cut where the request's constraint rejects it
                     tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
                 if tokens:
-                    expected = (spec.accept_store.expected_tokens(order, len(tokens)) if start < 0 else
+                    expected = (spec.accept_store.expected_tokens(order, len(tokens)) if source == "store" else
+                                spec.accept_own.expected_tokens(order, len(tokens)) if source == "match" else
                                 spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order))
                     k = self._choose(spec, len(tokens), expected, 0.0)
                     if k:
-                        proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order, start)
+                        proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order,
+                                                       start, source)
                         spec.shadow = None
                         continue
-                    if start >= 0:
+                    if source == "ngram":
                         spec.shadow_proposal(order, tokens, start)  # judged on the output instead
                 if spec.drafters == "ngram":
                     continue
@@ -261,6 +268,23 @@ class SpecPolicy:
             for job in jobs:
                 proposals[job.seq] = Proposal("draft", job.drafts, job.qs)
         return proposals
+
+    @staticmethod
+    def _lookup(spec: SpecState, room: int) -> tuple[int, list[int], int, Literal["ngram", "match", "store"]]:
+        """The copy to propose: the longest match in an earlier request's text, else in
+        the request's own (each as far as its earlier occurrences agree), when long;
+        else the short n-gram index's. (match length, tokens, start, source)"""
+        n_own = 0
+        if spec.own is not None and not spec.own.branches():
+            n_own, own_tokens = spec.own.propose_unbranched(room)
+        if spec.recall is not None:  # a longer match in an earlier request's text wins
+            n, recalled = spec.recall.propose(room)
+            if n >= TUNING.store_min_match and n > n_own:
+                return n, recalled, -1, "store"
+        if n_own >= TUNING.long_match and own_tokens:
+            return n_own, own_tokens, spec.own.match()[1], "match"
+        order, tokens, start = spec.ngram.propose(room)
+        return order, tokens, start, "ngram"
 
     def _draft_pays(self, config: SpecConfig) -> bool:
         """Whether the draft model is worth trying on this machine (see draft_can_pay);
