@@ -2,7 +2,7 @@
 from earlier requests off and on: tokens/s and acceptance per request and overall, and
 unrelated requests sent alongside (which must not slow down).
 
-    python scripts/agent_trace.py MODEL.gguf [--store-tokens 0,32768] [--max-tokens 256] [--json OUT]
+    python scripts/agent_trace.py MODEL.gguf [--store-tokens 0,32768] [--max-tokens 256] [--repeat N] [--json OUT]
 
 The trace: ten stateless requests on a small repository, each sending the files it works
 on and its task; five tasks, each sent again later as an agent's retry (a timed-out tool
@@ -160,25 +160,35 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("--store-tokens", default="0,32768")
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; each runs every configuration in turn")
     ap.add_argument("--json")
     a = ap.parse_args()
-    runs = [run(a.model, int(n), a.max_tokens) for n in a.store_tokens.split(",")]
-    base = runs[0]
-    print(f"{'request':22s}" + "".join(f" | store {r['store_tokens']:>6}: tok/s  acc/drafted" for r in runs))
-    for i, row in enumerate(base["trace"] + base["unrelated"]):
-        cells = []
-        for r in runs:
-            x = (r["trace"] + r["unrelated"])[i]
-            cells.append(f" | {x['tokens_per_s']:13.1f}  {x['accepted']:>4}/{x['drafted']:<4}")
-        same = all((r["trace"] + r["unrelated"])[i]["text"] == row["text"] for r in runs)
-        print(f"{row['request']:22s}" + "".join(cells) + ("" if same else "  (text differs)"))
-    for r in runs:
-        print(f"store {r['store_tokens']}: trace {overall(r['trace']):.1f} tok/s overall "
-              f"({overall(r['trace']) / overall(base['trace']):.2f}x), unrelated "
-              f"{statistics.median(x['tokens_per_s'] for x in r['unrelated']):.1f} tok/s median")
+    sizes = [int(n) for n in a.store_tokens.split(",")]
+    rounds = [[run(a.model, n, a.max_tokens) for n in sizes] for _ in range(a.repeat)]
+    by_size = [[rnd[i] for rnd in rounds] for i in range(len(sizes))]  # per configuration, its rounds
+    median = statistics.median
+    print(f"{'request':22s}" + "".join(f" | store {n:>6}: tok/s  acc/drafted" for n in sizes)
+          + f"   (median of {a.repeat} rounds)")
+    names = [r["request"] for r in rounds[0][0]["trace"] + rounds[0][0]["unrelated"]]
+    for i, name in enumerate(names):
+        cells, texts = [], set()
+        for runs in by_size:
+            rows = [(r["trace"] + r["unrelated"])[i] for r in runs]
+            texts.update(x["text"] for x in rows)
+            cells.append(f" | {median(x['tokens_per_s'] for x in rows):13.1f}  "
+                         f"{rows[-1]['accepted']:>4}/{rows[-1]['drafted']:<4}")
+        print(f"{name:22s}" + "".join(cells) + ("" if len(texts) == 1 else "  (text differs)"))
+    base = [overall(r["trace"]) for r in by_size[0]]
+    for n, runs in zip(sizes, by_size):
+        rates = [overall(r["trace"]) for r in runs]
+        ratios = [x / b for x, b in zip(rates, base)]
+        acc = sum(x["accepted"] for r in runs for x in r["trace"]) / max(1, sum(x["drafted"] for r in runs for x in r["trace"]))
+        print(f"store {n}: trace {median(rates):.1f} tok/s overall ({median(ratios):.2f}x, rounds "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}), acceptance {acc:.0%}, unrelated "
+              f"{median(x['tokens_per_s'] for r in runs for x in r['unrelated']):.1f} tok/s median")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(runs, f, indent=1)
+            json.dump(rounds, f, indent=1)
 
 
 if __name__ == "__main__":

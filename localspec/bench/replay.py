@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState
+from localspec.engine.spec.suffix import SuffixIndex
+from localspec.engine.spec.tuning import TUNING
 from localspec.types import SpecConfig
 
 
@@ -139,17 +142,21 @@ def mod_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: in
 
 def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
            ngram: tuple[int, int] = (1, 4)) -> float:
-    """The best speedup any choice of draft lengths could reach with the n-gram
-    proposals: at each step draft as far as will be kept, or less, whichever is cheaper
-    over the rest of the output (a shortest path, computed backwards)."""
-    index = NgramIndex(prompt, *ngram)
+    """The best speedup any choice of draft lengths could reach with the proposals (the
+    n-gram index's and the copy's, whichever keeps more): at each step draft as
+    far as will be kept, or less, whichever is cheaper over the rest of the output (a
+    shortest path, computed backwards)."""
+    index, copy = NgramIndex(prompt, *ngram), CopyTracker(SuffixIndex(prompt), TUNING.long_match)
     index.extend(truth[:1])
+    copy.emitted(truth[0])
     keepable = [0] * len(truth)
     for i in range(1, len(truth)):
         _, proposal, start = index.propose(draft_max)
-        keepable[i] = n = kept(proposal, truth, i)
+        n = kept(proposal, truth, i)
         index.accepted(start, min(1, n))
+        keepable[i] = max(n, kept(copy.propose(draft_max)[1], truth, i))
         index.extend([truth[i]])
+        copy.emitted(truth[i])
     end = len(truth)
     best = [0.0] * (end + 1)  # best[i]: the least time to produce truth[i:]
     for i in range(end - 1, 0, -1):

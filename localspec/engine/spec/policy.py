@@ -16,6 +16,7 @@ import numpy as np
 
 from localspec.engine.sampling import Distribution, Sampler, one_hot, top_probability
 from localspec.engine.spec.acceptance import Acceptance, MatchAcceptance, RunAcceptance
+from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
 from localspec.engine.spec.ngram import NgramIndex
@@ -84,7 +85,7 @@ class SpecState:
     shadow: Shadow | None = None
     shadowed: int = 0  # proposals judged without drafting
     recall: Recall | None = None  # the text's end matched against earlier requests' texts
-    own: SuffixIndex | None = None  # and against its own earlier text
+    copy: CopyTracker | None = None  # the copy of its own earlier text it follows, edits learnt
     accept_store: MatchAcceptance = field(default_factory=MatchAcceptance)  # drafts from the store
     accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)  # every token, by own match
 
@@ -101,11 +102,10 @@ class SpecState:
         comes (evidence at once, not after a whole proposal's worth of steps)."""
         if self.ngram is not None:
             self.ngram.extend([token])
-        if self.own is not None:
-            n, start = self.own.match()
-            if n and not self.own.branches():
-                self.accept_own.judge(n, token == self.own.tokens[start])
-            self.own.extend([token])
+        if self.copy is not None:
+            judged = self.copy.emitted(token)
+            if judged is not None:
+                self.accept_own.judge(*judged)
         if self.recall is not None:
             self.recall.extend([token])
         shadow = self.shadow
@@ -203,7 +203,8 @@ class SpecPolicy:
             return None
         recall = self.store.recall(store_key, prompt) if self.store and config.share and drafters != "draft" else None
         return SpecState(
-            recall=recall, own=SuffixIndex(prompt) if drafters in ("ngram", "auto") else None,
+            recall=recall,
+            copy=CopyTracker(SuffixIndex(prompt), TUNING.long_match) if drafters in ("ngram", "auto") else None,
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
@@ -271,18 +272,16 @@ class SpecPolicy:
 
     @staticmethod
     def _lookup(spec: SpecState, room: int) -> tuple[int, list[int], int, Literal["ngram", "match", "store"]]:
-        """The copy to propose: the longest match in an earlier request's text, else in
-        the request's own (each as far as its earlier occurrences agree), when long;
-        else the short n-gram index's. (match length, tokens, start, source)"""
-        n_own = 0
-        if spec.own is not None and not spec.own.branches():
-            n_own, own_tokens = spec.own.propose_unbranched(room)
+        """The copy to propose: the longest match in an earlier request's text, else the
+        copy of the request's own text it follows (with the edits it made so far), when
+        long; else the short n-gram index's. (match length, tokens, start, source)"""
+        n_own, own_tokens, own_start = spec.copy.propose(room) if spec.copy is not None else (0, [], -1)
         if spec.recall is not None:  # a longer match in an earlier request's text wins
             n, recalled = spec.recall.propose(room)
             if n >= TUNING.store_min_match and n > n_own:
                 return n, recalled, -1, "store"
         if n_own >= TUNING.long_match and own_tokens:
-            return n_own, own_tokens, spec.own.match()[1], "match"
+            return n_own, own_tokens, own_start, "match"
         order, tokens, start = spec.ngram.propose(room)
         return order, tokens, start, "ngram"
 
