@@ -9,6 +9,7 @@ scheduler's own slot, and returns typed proposals.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -234,10 +235,11 @@ class SpecPolicy:
             if room <= 0:
                 continue
             if spec.ngram is not None:
-                order, tokens, start, source = self._lookup(spec, room)
-                if tokens and slot.sampler is not None:  # cut where the request's constraint rejects it
-                    tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
-                if tokens:
+                for order, tokens, start, source in self._copies(spec, room):  # the first that pays
+                    if tokens and slot.sampler is not None:  # cut where the request's constraint rejects it
+                        tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
+                    if not tokens:
+                        continue
                     expected = (spec.accept_store.expected_tokens(order, len(tokens)) if source == "store" else
                                 spec.accept_own.expected_tokens(order, len(tokens)) if source == "match" else
                                 spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order))
@@ -246,10 +248,10 @@ class SpecPolicy:
                         proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order,
                                                        start, source)
                         spec.shadow = None
-                        continue
+                        break
                     if source == "ngram":
                         spec.shadow_proposal(order, tokens, start)  # judged on the output instead
-                if spec.drafters == "ngram":
+                if slot.seq in proposals or spec.drafters == "ngram":
                     continue
             # auto: the draft model where the n-gram lookup has nothing that pays
             if self.draft is not None and spec.drafters in ("draft", "auto") and self._draft_pays(spec.config):
@@ -271,19 +273,21 @@ class SpecPolicy:
         return proposals
 
     @staticmethod
-    def _lookup(spec: SpecState, room: int) -> tuple[int, list[int], int, Literal["ngram", "match", "store"]]:
-        """The copy to propose: the longest match in an earlier request's text, else the
-        copy of the request's own text it follows (with the edits it made so far), when
-        long; else the short n-gram index's. (match length, tokens, start, source)"""
+    def _copies(spec: SpecState, room: int) -> Iterator[tuple[int, list[int], int, Literal["ngram", "match", "store"]]]:
+        """The copies to propose, best evidence first: the longest match in an earlier
+        request's text, the copy of the request's own text it follows (with the edits
+        it made so far), each when long; then the short n-gram index's, which is still
+        tried (and judged) when a long copy does not pay. (match length, tokens, start,
+        source)"""
         n_own, own_tokens, own_start = spec.copy.propose(room) if spec.copy is not None else (0, [], -1)
         if spec.recall is not None:  # a longer match in an earlier request's text wins
             n, recalled = spec.recall.propose(room)
             if n >= TUNING.store_min_match and n > n_own:
-                return n, recalled, -1, "store"
+                yield n, recalled, -1, "store"
         if n_own >= TUNING.long_match and own_tokens:
-            return n_own, own_tokens, own_start, "match"
+            yield n_own, own_tokens, own_start, "match"
         order, tokens, start = spec.ngram.propose(room)
-        return order, tokens, start, "ngram"
+        yield order, tokens, start, "ngram"
 
     def _draft_pays(self, config: SpecConfig) -> bool:
         """Whether the draft model is worth trying on this machine (see draft_can_pay);
