@@ -75,8 +75,7 @@ class CopyTracker:
         if copy is None:
             return 0, [], -1
         tokens, _ = self.walk(copy, k)
-        n, start = self.index.match()
-        if start == copy.at and not copy.pending:
+        if not copy.pending and self.index.match()[1] == copy.at:
             tokens = tokens[: len(self.index.propose_unbranched(k)[1])]
         return copy.length, tokens, copy.at
 
@@ -89,11 +88,12 @@ class CopyTracker:
         copy = self.copy
         if copy is not None:
             predicted, after = self.walk(copy, 1)
-            if predicted and predicted[0] == token:
+            kept = predicted[:1] == [token]
+            if kept:
                 self.copy = after
             else:
                 self._break(copy, token)
-            judged = (copy.length, bool(predicted) and predicted[0] == token) if predicted else None
+            judged = (copy.length, kept) if predicted else None
         else:
             n, start = self.index.match()
             if n and not self.index.branches():
