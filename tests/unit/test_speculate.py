@@ -502,8 +502,8 @@ def test_a_long_match_drafts_long_in_a_faithful_copy_and_not_on_its_length_alone
     assert drafted.tokens == source[30 : 30 + len(drafted.tokens)]
     short = SpecPolicy(None, costs=costs_from(STEEP)).propose([unproven], 1).get(0)
     assert short is None or len(short.tokens) <= 4
-    assert (faithful.state.accept_own.expected_tokens(30, 32)[-1]
-            > unproven.state.accept_own.expected_tokens(30, 32)[-1] + 5)
+    assert (faithful.state.accept_quote.expected_tokens(30, 32)[-1]
+            > unproven.state.accept_quote.expected_tokens(30, 32)[-1] + 5)
 
 
 def test_ngram_mod_rule_replayed_drafts_only_behind_24_matching_tokens_and_48_to_follow():

@@ -41,6 +41,7 @@ class CopyTracker:
 
     index: SuffixIndex
     min_length: int  # a match this long seats a copy
+    prompt: int = 0  # the text's first tokens that are the prompt: a copy from there quotes the input
     copy: Copy | None = None
     edits: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)  # key[0] -> edits
     broke: tuple[int, int] | None = None  # (source position, text position) of the last break
@@ -79,10 +80,10 @@ class CopyTracker:
             tokens = tokens[: len(self.index.propose_unbranched(k)[1])]
         return copy.length, tokens, copy.at
 
-    def emitted(self, token: int) -> tuple[int, bool] | None:
+    def emitted(self, token: int) -> tuple[int, bool, bool] | None:
         """An output token: judged against what the copy (else the longest match)
         predicted, then indexed. Returns (the length behind the prediction, whether it
-        held), or None where nothing predicted it."""
+        held, whether it was copied from the prompt), or None where nothing predicted it."""
         self._seat()
         judged = None
         copy = self.copy
@@ -93,11 +94,11 @@ class CopyTracker:
                 self.copy = after
             else:
                 self._break(copy, token)
-            judged = (copy.length, kept) if predicted else None
+            judged = (copy.length, kept, copy.at < self.prompt) if predicted else None
         else:
             n, start = self.index.match()
             if n and not self.index.branches():
-                judged = (n, token == self.index.tokens[start])
+                judged = (n, token == self.index.tokens[start], start < self.prompt)
         self.index.extend([token])
         if self.broke is not None and self.copy is None:
             self._resume()

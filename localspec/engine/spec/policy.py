@@ -88,7 +88,16 @@ class SpecState:
     recall: Recall | None = None  # the text's end matched against earlier requests' texts
     copy: CopyTracker | None = None  # the copy of its own earlier text it follows, edits learnt
     accept_store: MatchAcceptance = field(default_factory=MatchAcceptance)  # drafts from the store
-    accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)  # every token, by own match
+    # Every output token, judged by the copy it followed: of the prompt (an edit writing
+    # its input out again) or of the output's own earlier text (a restated signature).
+    # Kept apart: on the 25 recorded answers a copy of the prompt held 97% at matches of
+    # 8-15 tokens, a copy of the output's own text 42%.
+    accept_quote: MatchAcceptance = field(default_factory=MatchAcceptance)
+    accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)
+
+    def accept_copy(self, start: int) -> MatchAcceptance:
+        """The acceptance of a copy of the text from ``start``: quoting the prompt or not."""
+        return self.accept_quote if self.copy is not None and start < self.copy.prompt else self.accept_own
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
@@ -106,7 +115,8 @@ class SpecState:
         if self.copy is not None:
             judged = self.copy.emitted(token)
             if judged is not None:
-                self.accept_own.judge(*judged)
+                n, kept, quoted = judged
+                (self.accept_quote if quoted else self.accept_own).judge(n, kept)
         if self.recall is not None:
             self.recall.extend([token])
         shadow = self.shadow
@@ -205,7 +215,7 @@ class SpecPolicy:
         recall = self.store.recall(store_key, prompt) if self.store and config.share and drafters != "draft" else None
         return SpecState(
             recall=recall,
-            copy=CopyTracker(SuffixIndex(prompt), TUNING.long_match) if drafters in ("ngram", "auto") else None,
+            copy=CopyTracker(SuffixIndex(prompt), TUNING.long_match, len(prompt)) if drafters in ("ngram", "auto") else None,
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
@@ -241,7 +251,7 @@ class SpecPolicy:
                     if not tokens:
                         continue
                     expected = (spec.accept_store.expected_tokens(order, len(tokens)) if source == "store" else
-                                spec.accept_own.expected_tokens(order, len(tokens)) if source == "match" else
+                                spec.accept_copy(start).expected_tokens(order, len(tokens)) if source == "match" else
                                 spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order))
                     k = self._choose(spec, len(tokens), expected, 0.0)
                     if k:
