@@ -111,13 +111,15 @@ def test_an_unmeasured_size_costs_what_the_next_measured_one_does():
     assert c.target(24) > 2.9  # past the largest: extrapolated
 
 
-def test_costs_follow_the_median_and_a_remembered_figure_is_one_vote():
+def test_costs_follow_the_median_and_a_remembered_figure_stands_until_timed_three_times():
     c = Costs.from_dict({"target": {"1": 1.0, "3": 3.2, "4": 3.5, "8": 3.0}})
     # figures that cannot hold are bounded: no more than a larger batch, no more than b singles
     assert c.target(4) == pytest.approx(3.0) and c.target(3) == pytest.approx(3.0)
     for t in (1.5, 1.6):
         c.observe_target(3, t)
-    assert c.target(3) == pytest.approx(1.6)  # two fresh decodes outvote the stored 3.2
+    assert c.target(3) == pytest.approx(3.0)  # two timings are not yet evidence enough
+    c.observe_target(3, 1.7)
+    assert c.target(3) == pytest.approx(1.6)  # three fresh decodes replace the stored 3.2
     for t in (1.0, 1.1, 9.0, 1.0, 1.2):  # a spike does not move the median
         c.observe_target(1, t)
     assert c.target(1) == pytest.approx(1.05)  # the median of 1.0, 1.0, 1.0, 1.1, 1.2, 9.0
@@ -152,8 +154,11 @@ def test_costs_keep_their_shape_when_the_machine_slows_down():
     assert c.target(1) == pytest.approx(0.060)
     assert c.target(16) == pytest.approx(0.300) and c.target(4) == pytest.approx(0.180)
     assert choose_k(expected, c) == before
-    c.observe_target(16, 0.240)  # a batch timed now: its ratio, 4, is one vote of two
-    assert c.target(16) == pytest.approx(0.060 * 4.5)
+    c.observe_target(16, 0.240)  # a batch timed once now: the remembered ratio, 5, stands
+    assert c.target(16) == pytest.approx(0.060 * 5)
+    for _ in range(2):
+        c.observe_target(16, 0.240)
+    assert c.target(16) == pytest.approx(0.060 * 4)  # timed three times: its ratio is 4
     busy = Costs()  # a batch timed before any single decode: nothing drafts on a guess
     busy.observe_target(4, 0.200)
     assert busy.target(1) == pytest.approx(0.050) and choose_k(expected[:4], busy) == 0
@@ -456,6 +461,63 @@ def test_draft_model_replay_keeps_the_run_of_matches_and_pays_for_every_draft():
     assert draft_model(truth, never, flat, 0.0, 4) == pytest.approx(1.0)
     half = "10" * 51
     assert draft_model(truth, half, flat, 0.0, 1) == pytest.approx(100 / 51)  # after a miss, two tokens a step
+
+
+def test_one_disturbed_timing_of_a_rarely_drafted_size_does_not_stick():
+    """A cache held the 1.5B's T(4) at 5.4 T(1) where calibration measured 2.9: one slow
+    timing of a size seldom drafted, averaged into its figure, made drafts of 3 look too
+    dear, so they were never drafted, so never timed again."""
+    c = Costs()
+    for b, ms in {1: 30.3, 2: 50.5, 3: 68.3, 4: 86.6, 8: 205.2, 16: 231.0}.items():
+        c.set_target(b, ms / 1000)  # calibrated
+    expected = np.array([1.0, 1.95, 2.85, 3.7])  # drafts of 3 held 95% of the time
+    assert choose_k(expected, c) == 3
+    c.observe_target(4, 0.240)  # a neighbour ran during this one
+    assert c.target(4) == pytest.approx(0.0866, rel=1e-3)
+    assert choose_k(expected, c) == 3
+
+
+def test_remembered_costs_age_and_a_disturbed_calibration_is_not_remembered(monkeypatch, tmp_path, tiny_model):
+    """Figures are remembered for a week at most, and never when T(1) moved while they
+    were timed: a calibration that a neighbour disturbed is done again at the next start."""
+    import time
+
+    from localspec.engine import backend
+    from localspec.engine.spec import costs as cache
+
+    monkeypatch.setattr(cache, "_path", lambda: tmp_path / "costs.json")
+    monkeypatch.delenv("LOCALSPEC_NO_COST_CACHE", raising=False)
+    model = backend.Model(tiny_model)
+    ctx, batch = backend.Context(model, n_ctx=256, n_batch=64), backend.Batch(64)
+
+    class Neighbour:  # the real context, with a neighbour that starts midway
+        def __init__(self, slow_after: int) -> None:
+            self.decodes, self.slow_after = 0, slow_after
+
+        def decode(self, b):
+            self.decodes += 1
+            ctx.decode(b)
+            if self.decodes > self.slow_after:
+                time.sleep(0.02)
+
+        def seq_rm(self, *args):
+            ctx.seq_rm(*args)
+
+    steady = Costs()
+    cache.calibrate(steady, Neighbour(10**6), batch, 0, 1, [2, 4])
+    assert not steady.disturbed and steady.timed_at == pytest.approx(time.time(), abs=60)
+    cache.save_cached("steady", steady)
+    assert sorted(cache.load_cached("steady").snapshot()) == [1, 2, 4]
+    disturbed = Costs()
+    cache.calibrate(disturbed, Neighbour(3), batch, 0, 1, [2, 4])
+    assert disturbed.disturbed
+    cache.save_cached("disturbed", disturbed)
+    assert cache.load_cached("disturbed") is None
+    old = steady.to_dict() | {"timed_at": time.time() - 8 * 24 * 3600}
+    (tmp_path / "costs.json").write_text(__import__("json").dumps({"old": old, "undated": steady.to_dict() | {"timed_at": 0}}))
+    assert cache.load_cached("old") is None and cache.load_cached("undated") is None
+    ctx.close()
+    model.close()
 
 
 def test_a_remembered_figure_that_cannot_be_right_is_measured_again():

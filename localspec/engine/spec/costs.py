@@ -34,11 +34,17 @@ class Costs:
     and the choice of k would follow the clock instead of the costs. A median shrugs off
     the spikes a busy machine throws, and a remembered value is one vote: two fresh
     decodes outvote it, so a figure from a slower hour cannot keep a batch size from ever
-    being tried again."""
+    being tried again. A size calibrated (or remembered) keeps that figure until it has
+    been timed online ``cost_trust`` times: a size drafted rarely is timed rarely, and
+    one disturbed timing averaged into its figure made it look too dear to draft, so it
+    was never timed again (the cache held T(4) at 5.4 T(1); calibrated afresh, 2.9)."""
 
     def __init__(self) -> None:
         self._obs: dict[int, deque[float]] = {}  # size 1: seconds; others: ratios to T(1)
         self._ratio: dict[int, float] = {}  # median ratio to T(1) by size (1.0 for size 1)
+        self._prior: dict[int, float] = {}  # ratios calibrated here or remembered, by size
+        self.timed_at = 0.0  # when the figures were calibrated (Unix time; 0: not yet)
+        self.disturbed = False  # T(1) moved during calibration: its figures are not remembered
         self.t1 = 0.0  # seconds per single-token decode now
         self._shape: np.ndarray | None = None  # T(b) / T(1) for b = 1, 2, ...
         self._shaped: dict[int, float] = {}  # the ratios the shape was built from
@@ -51,7 +57,11 @@ class Costs:
         """A figure timed now (calibration) or remembered, replacing what was observed of
         its size: size 1 first, since the others are kept as ratios to it."""
         self._obs.pop(b, None)
+        self._prior.pop(b, None)
         self.observe_target(b, seconds)
+        if b > 1:  # kept apart from the online timings that may replace it
+            self._prior[b] = self._ratio[b]
+            self._obs[b].clear()
 
     def _guess_t1(self, b: int, seconds: float) -> None:
         """A batch timed before any single decode (all slots busy since the start): T(1)
@@ -69,7 +79,9 @@ class Costs:
             return
         self._guess_t1(b, seconds)
         window.append(seconds / self.t1)
-        self._ratio[b] = new = statistics.median(window)
+        prior = self._prior.get(b)
+        trusted = prior is None or len(window) >= TUNING.cost_trust
+        self._ratio[b] = new = statistics.median(window) if trusted else prior
         shaped = self._shaped.get(b)
         if shaped is None or abs(new - shaped) > 0.01 * shaped:  # the shape follows moves over 1%
             self._shape = None
@@ -160,7 +172,7 @@ class Costs:
 
     def to_dict(self) -> dict:
         return {"target": {str(b): t for b, t in self.snapshot().items()}, "draft_step": self.draft_step,
-                "draft_per_token": self.draft_per_token}
+                "draft_per_token": self.draft_per_token, "timed_at": self.timed_at}
 
     @classmethod
     def from_dict(cls, data: dict) -> Costs:
@@ -170,9 +182,11 @@ class Costs:
         for b in costs.implausible():
             costs._obs.pop(b, None)
             costs._ratio.pop(b, None)
+            costs._prior.pop(b, None)
         costs._shape = None
         costs.draft_step = float(data.get("draft_step", 0.0))
         costs.draft_per_token = float(data.get("draft_per_token", 0.0))
+        costs.timed_at = float(data.get("timed_at", 0.0))
         return costs
 
 
@@ -182,7 +196,7 @@ def calibrate(costs: Costs, ctx: backend.Context, batch: backend.Batch, seq: int
     sequence, so that the first choice of draft length rests on this machine's numbers.
     Must run on the engine thread (llama.cpp's thread pool lives there; the first decode
     also warms it up)."""
-    for b in [1, *sizes]:
+    def median_decode(b: int) -> float:
         times = []
         for _ in range(3):
             batch.clear()
@@ -192,7 +206,19 @@ def calibrate(costs: Costs, ctx: backend.Context, batch: backend.Batch, seq: int
             ctx.decode(batch)
             times.append(time.perf_counter() - t0)
             ctx.seq_rm(seq, -1, -1)
-        costs.set_target(b, sorted(times)[1])  # the median: the minimum flatters
+        return sorted(times)[1]  # the median: the minimum flatters
+
+    first = median_decode(1)
+    costs.set_target(1, first)
+    for b in sizes:
+        if b > 1:
+            costs.set_target(b, median_decode(b))
+    last = median_decode(1)  # the ratios hold only if T(1) held meanwhile
+    costs.set_target(1, last)
+    if abs(last - first) > max(TUNING.calibration_drift * first, TUNING.implausible_ms / 1e3):  # not jitter
+        costs.disturbed = True
+    if not costs.timed_at:
+        costs.timed_at = time.time()
     batch.clear()
     if draft is not None and not costs.draft_step:
         costs.draft_step = draft.time_step(seq, token) * TUNING.draft_overhead
@@ -222,17 +248,22 @@ def cache_key(model: Path | str, draft: Path | str | None, threads: int | None, 
 
 
 def load_cached(k: str) -> Costs | None:
+    """The figures remembered for ``k``, unless older than ``cost_max_age``: a figure too
+    dear to draft is never timed again, so none is kept for good."""
     if os.environ.get("LOCALSPEC_NO_COST_CACHE"):
         return None
     try:
         data = json.loads(_path().read_text())
-        return Costs.from_dict(data[k]) if k in data else None
+        costs = Costs.from_dict(data[k]) if k in data else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if costs is None or not 0 <= time.time() - costs.timed_at <= TUNING.cost_max_age:
+        return None
+    return costs
 
 
 def save_cached(k: str, costs: Costs) -> None:
-    if os.environ.get("LOCALSPEC_NO_COST_CACHE"):
+    if os.environ.get("LOCALSPEC_NO_COST_CACHE") or costs.disturbed:
         return
     path = _path()
     try:

@@ -93,6 +93,18 @@ class Tuning:
     implausible_factor: float = 2.0
     implausible_ms: float = 1.0
     cost_window: int = 15  # decodes a size's median follows (T(1) drifted 37 -> 50 ms in a run)
+    # Online timings of a calibrated size before they replace its calibration. A cache
+    # held Qwen2.5-Coder-1.5B's T(4) at 5.4 T(1), T(3) at 2.9 (2-core EPYC); calibrated
+    # afresh, 2.9 and 2.3 (llama-bench: pp4 at 2.1 T(1)). Drafts of 3 looked too dear,
+    # so were never timed again: one timing must not move a figure.
+    cost_trust: int = 3
+    # Calibration whose T(1), timed before and after, moved more than this (and more than
+    # implausible_ms) is not remembered: its ratios mix two speeds; the next start
+    # calibrates again.
+    calibration_drift: float = 0.25
+    # Remembered figures older than this are calibrated again (seconds: a week; the
+    # 1.5B's whole calibration takes 5.5 s on a 2-core CPU).
+    cost_max_age: float = 7 * 24 * 3600.0
     cost_table_min: int = 65  # sizes tabled at least: the longest draft at --draft-max 64
 
 
