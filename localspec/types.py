@@ -254,3 +254,4 @@ class Result:
     error: str | None = None
     spec: SpecStats | None = None
     beams: tuple[BeamHypothesis, ...] = ()  # beam search: every kept hypothesis, best first
+    end_margin: float | None = None  # with margins, ended by EOS: the top-2 gap where it chose to end

@@ -43,8 +43,10 @@ def _margin_at(engine: Engine, prompt: BenchPrompt, plain: list[int], position: 
                 spec=SpecConfig(mode="off"), margins=True, cache_prompt=False, constraint=constraint)
     )
     events = [e for e in stream if e.token_id >= 0]
-    if len(events) <= position or [e.token_id for e in events[:position]] != plain[:position]:
+    if len(events) < position or [e.token_id for e in events[:position]] != plain[:position]:
         return None  # the plain run did not repeat itself this far
+    if len(events) == position:  # the plain run ended here: the gap is that of its choice to end
+        return stream.result.end_margin
     return events[position].margin
 
 
@@ -120,7 +122,7 @@ def run(
                 diff,
                 ratios=[round(x, 4) for x in ratios],
             )
-            if diff is not None and diff < len(plain):
+            if diff is not None and (diff < len(plain) or len(ids) > len(plain)):  # plain ended first: its EOS
                 rec.plain_margin = _margin_at(engine, prompt, plain, diff, constraint)
             records.append(rec)
             if on_record:

@@ -75,6 +75,7 @@ class _Slot:
     t_first: float = 0.0
     spec: SpecState | None = None  # None: this request runs plain
     follows: _Slot | None = None  # another choice of the same prompt: its KV is copied from there
+    end_margin: float | None = None  # with margins: the top-2 gap where it chose to end
 
     @property
     def active(self) -> bool:
@@ -512,6 +513,7 @@ class Engine:
             slot.t_first = time.perf_counter()
         slot.generated += 1
         if self.model.is_eog(token):
+            slot.end_margin = top2_margin(self.ctx.logits(row)) if job.request.margins else None
             self._finish(slot, FinishReason.EOS)
             return False
         text = slot.text.push(self.model.token_to_piece(token))
@@ -559,8 +561,10 @@ class Engine:
                     template=job.stream.template,
                     error=error,
                     spec=slot.spec.stats() if slot.spec is not None else SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0),
+                    end_margin=slot.end_margin if reason is FinishReason.EOS else None,
                 )
             )
+            slot.end_margin = None
             slot.pending = None
             slot.sampler = None
             slot.spec = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,21 @@ def test_chat_template_from_the_file_and_a_natural_end(engine: Engine):
     assert stream.template == "gguf"
     assert sum(c in result.text.lower() for c in ("red", "blue", "green", "yellow")) >= 2
     assert result.finish_reason is FinishReason.EOS
+    assert result.end_margin is None  # not asked for
     assert "<|im_end|>" not in result.text
+
+
+def test_the_gap_where_greedy_chose_to_end_is_told_when_asked(engine: Engine):
+    """Where a speculative run goes on past plain's end, the bench reports plain's top-2
+    gap at its end-of-text choice, as at any other first difference."""
+    ask = Request(messages=[Message("user", "Name three colours.")], sampling=GREEDY, max_tokens=100, margins=True)
+    ended = engine.submit(ask)
+    events = [e for e in ended if e.token_id >= 0]
+    assert ended.result.finish_reason is FinishReason.EOS
+    assert ended.result.end_margin is not None and ended.result.end_margin > 0.0
+    assert all(e.margin is not None for e in events)
+    cut = engine.submit(replace(ask, max_tokens=3)).wait()
+    assert cut.finish_reason is FinishReason.LENGTH and cut.end_margin is None
 
 
 def test_sampling_with_a_seed_reproduces(engine: Engine):
