@@ -1,6 +1,7 @@
 """The engine: llama.cpp contexts on one thread, sampling, streaming text."""
 
-from localspec.engine.scheduler import Engine, EngineConfig
+from localspec.engine.config import EngineConfig
+from localspec.engine.scheduler import Engine
 from localspec.engine.stream import Stream
 
 __all__ = ["Engine", "EngineConfig", "Stream"]

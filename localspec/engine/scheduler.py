@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.engine import backend, beam, intake
+from localspec.engine.config import DEFAULT_CTX, EngineConfig, SlotState
 from localspec.engine.constraint import Constraints
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
 from localspec.engine.spec import costs as costs_cache
@@ -26,31 +27,6 @@ from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError
 from localspec.types import Constraint, FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
-
-DEFAULT_CTX = 4096
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    n_ctx: int | None = None  # tokens per slot; None: the model's, capped at DEFAULT_CTX
-    n_slots: int = 1
-    n_batch: int = 512
-    n_threads: int | None = None
-    n_gpu_layers: int = 0
-    kv_type: str = "f16"
-    draft_model: Path | None = None  # a GGUF with the target's tokenizer
-    draft_gpu_layers: int = 0
-    spec: SpecConfig = SpecConfig()  # for requests that do not bring their own
-
-
-@dataclass(frozen=True)
-class SlotState:
-    seq: int
-    state: str  # idle, prefilling or generating
-    cached_tokens: int  # what the slot's KV cache holds
-    spec: str  # the drafters its request may use: off, ngram, draft or auto
-    acceptance: float | None  # of its drafts so far
-
 
 @dataclass
 class _Job:
@@ -75,7 +51,6 @@ class _Slot:
     t_first: float = 0.0
     spec: SpecState | None = None  # None: this request runs plain
     follows: _Slot | None = None  # another choice of the same prompt: its KV is copied from there
-    end_margin: float | None = None  # with margins: the top-2 gap where it chose to end
 
     @property
     def active(self) -> bool:
@@ -513,8 +488,8 @@ class Engine:
             slot.t_first = time.perf_counter()
         slot.generated += 1
         if self.model.is_eog(token):
-            slot.end_margin = top2_margin(self.ctx.logits(row)) if job.request.margins else None
-            self._finish(slot, FinishReason.EOS)
+            self._finish(slot, FinishReason.EOS,
+                         end_margin=top2_margin(self.ctx.logits(row)) if job.request.margins else None)
             return False
         text = slot.text.push(self.model.token_to_piece(token))
         lp, tops = None, ()
@@ -532,7 +507,8 @@ class Engine:
             return True
         return False
 
-    def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None) -> None:
+    def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None,
+                end_margin: float | None = None) -> None:
         """End the slot's request: its Result is sent whatever fails on the way."""
         job, text = slot.job, slot.text
         assert job is not None and text is not None
@@ -561,10 +537,9 @@ class Engine:
                     template=job.stream.template,
                     error=error,
                     spec=slot.spec.stats() if slot.spec is not None else SpecStats("off", 0, 0, 0, {}, 0.0, 0.0, 0.0),
-                    end_margin=slot.end_margin if reason is FinishReason.EOS else None,
+                    end_margin=end_margin,
                 )
             )
-            slot.end_margin = None
             slot.pending = None
             slot.sampler = None
             slot.spec = None

@@ -32,12 +32,11 @@ class Costs:
     to the T(1) of its time. T(b) is that ratio times today's T(1). Kept in seconds, a
     batch timed in a fast minute would look cheap against single decodes of a slow one,
     and the choice of k would follow the clock instead of the costs. A median shrugs off
-    the spikes a busy machine throws, and a remembered value is one vote: two fresh
-    decodes outvote it, so a figure from a slower hour cannot keep a batch size from ever
-    being tried again. A size calibrated (or remembered) keeps that figure until it has
-    been timed online ``cost_trust`` times: a size drafted rarely is timed rarely, and
-    one disturbed timing averaged into its figure made it look too dear to draft, so it
-    was never timed again (the cache held T(4) at 5.4 T(1); calibrated afresh, 2.9)."""
+    the spikes a busy machine throws. A size calibrated (or remembered) keeps that figure
+    until it has been timed online ``cost_trust`` times, then follows those timings: a
+    size drafted rarely is timed rarely, and one disturbed timing averaged into its figure
+    made it look too dear to draft, so it was never timed again (the cache held T(4) at
+    5.4 T(1); calibrated afresh, 2.9). Remembered figures age out (``cost_max_age``)."""
 
     def __init__(self) -> None:
         self._obs: dict[int, deque[float]] = {}  # size 1: seconds; others: ratios to T(1)
@@ -57,11 +56,12 @@ class Costs:
         """A figure timed now (calibration) or remembered, replacing what was observed of
         its size: size 1 first, since the others are kept as ratios to it."""
         self._obs.pop(b, None)
-        self._prior.pop(b, None)
-        self.observe_target(b, seconds)
-        if b > 1:  # kept apart from the online timings that may replace it
-            self._prior[b] = self._ratio[b]
-            self._obs[b].clear()
+        if b == 1:
+            self.observe_target(1, seconds)
+            return
+        self._guess_t1(b, seconds)
+        self._prior[b] = self._ratio[b] = seconds / self.t1  # apart from the online timings
+        self._shape = None
 
     def _guess_t1(self, b: int, seconds: float) -> None:
         """A batch timed before any single decode (all slots busy since the start): T(1)
