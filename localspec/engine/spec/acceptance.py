@@ -163,8 +163,10 @@ class MatchAcceptance:
 
     BANDS = 7
 
-    def __init__(self, decay: float = TUNING.decay) -> None:
+    def __init__(self, decay: float = TUNING.decay, scale_prior: float | None = None) -> None:
         self.decay = decay
+        # how much likelier to break than the priors this kind of copy is, before evidence
+        self.scale_prior = TUNING.match_scale_prior if scale_prior is None else scale_prior
         self.tried = [0.0] * self.BANDS
         self.kept = [0.0] * self.BANDS
 
@@ -201,7 +203,7 @@ class MatchAcceptance:
         # less on long ones before they are judged, a faithful copy more.
         expected = sum(t * (1.0 - p) for t, p in zip(self.tried, priors))
         failed = sum(t - k for t, k in zip(self.tried, self.kept))
-        m = (failed + TUNING.match_scale_weight * TUNING.match_scale_prior) / (expected + TUNING.match_scale_weight)
+        m = (failed + TUNING.match_scale_weight * self.scale_prior) / (expected + TUNING.match_scale_weight)
         by_band = [(self.kept[b] + w * max(0.0, 1.0 - m * (1.0 - priors[b]))) / (self.tried[b] + w)
                    for b in range(self.BANDS)]
         rates = np.array([by_band[self.band(n + j)] for j in range(k)])

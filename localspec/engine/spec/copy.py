@@ -13,6 +13,7 @@ next occurrence of a renamed name is drafted right and the copy goes on through 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from localspec.engine.spec.suffix import SuffixIndex
@@ -21,6 +22,8 @@ RESYNC = 4  # source tokens an answer must follow again, just past a break, to r
 KEY_MAX = 8  # source tokens an edit may replace
 VALUE_MAX = 12  # tokens an edit may write instead
 GIVE_UP = 32  # tokens after a break past which it is no longer an edit
+RECENT = 32  # the answer's last tokens whose origin (copied or written) is kept
+COPIED_MIN = 4  # a token a shorter match predicted is counted as the answer's own writing
 
 
 @dataclass
@@ -45,6 +48,8 @@ class CopyTracker:
     copy: Copy | None = None
     edits: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)  # key[0] -> edits
     broke: tuple[int, int] | None = None  # (source position, text position) of the last break
+    # 1 for each of the answer's last RECENT tokens that no copy predicted (its own writing)
+    recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
 
     def walk(self, copy: Copy, k: int) -> tuple[list[int], Copy]:
         """Up to ``k`` tokens the copy predicts (the source with the learnt edits
@@ -99,10 +104,17 @@ class CopyTracker:
             n, start = self.index.match()
             if n and not self.index.branches():
                 judged = (n, token == self.index.tokens[start], start < self.prompt)
+        self.recent.append(0 if judged is not None and judged[1] and judged[0] >= COPIED_MIN else 1)
         self.index.extend([token])
         if self.broke is not None and self.copy is None:
             self._resume()
         return judged
+
+    def originals(self) -> int:
+        """How many of the answer's last RECENT tokens no copy predicted: a short match
+        right after the answer's own writing is more often a coincidence or a paraphrase
+        than the start of a copy."""
+        return sum(self.recent)
 
     def _seat(self) -> None:
         """A copy begins (or moves) where the longest earlier match is long and longer

@@ -81,6 +81,19 @@ class Tuning:
     match_token_decay: float = 0.995
     match_scale_prior: float = 4.0
     match_scale_weight: float = 6.0
+    # Quotes of the prompt made while at least ``fresh_originals`` of the answer's last 32
+    # tokens were its own writing (no copy of 4+ tokens predicted them) start from
+    # ``fresh_scale_prior``, the others from ``quote_scale_prior`` (see SpecState). On
+    # the replay of the 25 answers on 6 cost shapes (2-core EPYC at depths 0, 700 and
+    # 3,000, an older 2-core shape, the bench's online figures, a flat GPU-like one),
+    # against quotes all at scale 4: means 1.246, 1.384, 1.587, 1.306, 7.065, 1.178 ->
+    # 1.305, 1.428, 1.663, 1.426, 7.328, 1.267; prompts level with llama.cpp's best
+    # n-gram rule 18, 21, 21, 19, 25, 15 -> 22, 22, 20, 23, 25, 18; below 0.99x plain
+    # 1, 1, 2, 0, 0, 3 -> 0, 1, 2, 0, 0, 3. Thresholds of 12 or 20 let a doc-QA answer
+    # fall to 0.89 or 0.85; quotes all at scale 1, to 0.75.
+    fresh_originals: int = 16
+    fresh_scale_prior: float = 4.0
+    quote_scale_prior: float = 1.0
 
     # --- costs
     # Batch sizes timed before the first draft. Costs are far from linear and not even
