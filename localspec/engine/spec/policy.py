@@ -87,28 +87,36 @@ class SpecState:
     shadowed: int = 0  # proposals judged without drafting
     recall: Recall | None = None  # the text's end matched against earlier requests' texts
     copy: CopyTracker | None = None  # the copy of its own earlier text it follows, edits learnt
-    accept_store: MatchAcceptance = field(default_factory=MatchAcceptance)  # drafts from the store
-    # Every output token, judged by the copy it followed: of the prompt (an edit writing
-    # its input out again) or of the output's own earlier text (a restated signature).
-    # Kept apart: on the 25 recorded answers a copy of the prompt held 97% at matches of
-    # 8-15 tokens, a copy of the output's own text 42%.
-    # Quotes are judged apart again by what the answer was doing: a quote made while the
-    # answer has been copying (an edit writing its input out again) is trusted at the
-    # measured priors; one made right after the answer's own writing (a phrase quoted in
-    # a summary, a hunk of a diff) is often a coincidence. On the 25 answers, quotes at
-    # matches of 8-15 tokens held 98-99% where at most 8 of the last 32 tokens were the
-    # answer's own, 92-94% where 9 or more were.
+    # Every output token is judged by the copy it followed, in one of three tables: a copy
+    # of the output's own earlier text (a restated signature: on the 25 recorded answers
+    # such copies held 42% at matches of 8-15 tokens, quotes of the prompt 97%); a quote of
+    # the prompt (or of an earlier request's text, from the store) made while the answer
+    # has been copying (an edit writing its input out again), trusted at the measured
+    # priors; and one made right after the answer's own writing, or seated far from where
+    # the answer left its last copy (a phrase quoted in a summary, a diff's hunk after the
+    # file's line), often a coincidence: on the 25 answers quotes at matches of 8-15
+    # tokens held 98-99% where at most 8 of the last 32 tokens were the answer's own,
+    # 92-94% where 9 or more were.
+    accept_store: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.quote_scale_prior))
     accept_quote: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.quote_scale_prior))
     accept_fresh: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.fresh_scale_prior))
     accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)
 
+    def writing(self) -> bool:
+        """Whether the answer has just been writing text of its own (see accept_quote)."""
+        return self.copy is not None and self.copy.originals() >= TUNING.fresh_originals
+
     def accept_copy(self, start: int) -> MatchAcceptance:
-        """The acceptance of a copy of the text from ``start``: quoting the prompt (soon
-        after an edit, or not) or the answer's own text."""
+        """The acceptance of a copy of the text from ``start``: quoting the prompt (while
+        the answer copies, or not) or the answer's own text."""
         copy = self.copy
         if copy is None or start >= copy.prompt:
             return self.accept_own
-        return self.accept_fresh if copy.originals() >= TUNING.fresh_originals else self.accept_quote
+        return self.accept_fresh if self.writing() or copy.jumped else self.accept_quote
+
+    def accept_stored(self) -> MatchAcceptance:
+        """The acceptance of a copy of an earlier request's text: as a quote of the prompt."""
+        return self.accept_fresh if self.writing() else self.accept_store
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
@@ -163,7 +171,7 @@ class SpecState:
         if proposal.kind == "ngram":
             self.ngram_drafted += drafted
             if proposal.source == "store":
-                self.accept_store.update(proposal.order, drafted, accepted)
+                self.accept_stored().update(proposal.order, drafted, accepted)
             elif proposal.source == "ngram":
                 self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
             # ("match": every token was judged as it came, in emitted)
@@ -262,7 +270,7 @@ class SpecPolicy:
                         tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
                     if not tokens:
                         continue
-                    expected = (spec.accept_store.expected_tokens(order, len(tokens)) if source == "store" else
+                    expected = (spec.accept_stored().expected_tokens(order, len(tokens)) if source == "store" else
                                 spec.accept_copy(start).expected_tokens(order, len(tokens)) if source == "match" else
                                 spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order))
                     k = self._choose(spec, len(tokens), expected, 0.0)
