@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import sys
@@ -65,7 +64,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the finding
     report = {
         "localspec": __version__,
         "python": sys.version.split()[0],
-        "llama_cpp_python": importlib.metadata.version("llama-cpp-python"),
+        "llama_cpp_python": backend.llama_cpp_version(),
         "llama_cpp_system_info": backend.system_info(),
         "backends": backends,
         "gpu_offload": backend.supports_gpu_offload(),

@@ -56,6 +56,12 @@ def supports_gpu_offload() -> bool:
     return bool(lc.llama_supports_gpu_offload())
 
 
+def llama_cpp_version() -> str:
+    """llama-cpp-python's version, also where its package is used from a source tree
+    (no installed distribution to ask, as on the GPU check's machine)."""
+    return str(getattr(lc, "__version__", "unknown"))
+
+
 def system_info() -> str:
     _init()
     return lc.llama_print_system_info().decode("utf-8", errors="replace").strip()
@@ -158,6 +164,9 @@ class Model:
         _init()
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        # mmap named, as llama-cpp-python's Llama does: with the default (auto) a CUDA build
+        # crashed in llama_model::print_info on the H200 (backtrace in issue 17's note)
+        params.load_mode = lc.LLAMA_LOAD_MODE_MMAP
         llamalog.clear()
         ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
