@@ -14,6 +14,7 @@ from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState, choose_k
+from localspec.engine.spec.store import Store
 from localspec.engine.spec.tuning import TUNING
 from localspec.engine.spec.verify import residual, verify
 from localspec.types import SamplingParams, SpecConfig
@@ -576,3 +577,40 @@ def test_ngram_mod_rule_replayed_drafts_only_behind_24_matching_tokens_and_48_to
     assert mod_rule(source, source[:200], table) > 1.5
     short = [t for i in range(0, 300, 20) for t in source[i : i + 20] + [1000 + i]]  # 20-token repeats
     assert mod_rule(source, short, table) == pytest.approx(1.0)
+
+
+def test_an_earlier_answer_goes_where_the_requests_own_copy_agrees_and_the_output_settles_where_they_differ():
+    """Another task's answer to the same file is in the store (an edit at source[50]):
+    it is drafted as far as it agrees with the request's own copy of the file, and the
+    output at their first difference decides which one later differences follow: the
+    copy for a different task, the store for a retry of the same one."""
+    template, source = [1, 2, 3], list(range(100, 400))
+    edited = source[:50] + [9000] + source[51:]
+    prompt = template + source + [4, 5]
+
+    def request(output: list[int]) -> SpecState:
+        policy = SpecPolicy(None, costs=costs_from(STEEP))
+        policy.store = Store()
+        policy.store.add("", prompt + edited)
+        spec = policy.start(prompt, SpecConfig(mode="ngram"))
+        for token in output:
+            spec.emitted(token)
+        view = SlotView(seq=0, tokens=prompt + output[:-1], pending=output[-1], room=1000, state=spec,
+                        sampler=Sampler(SamplingParams(temperature=0.0)))
+        return policy, view
+
+    policy, view = request(source[:20])
+    assert view.state.copy.propose(64)[0] >= TUNING.long_match  # the request's own copy proposes too
+    first = policy.propose([view], 1)[0]
+    assert first.source == "store" and first.tokens == source[20:50]  # what both say, no further
+    for token in source[20:51]:  # the output keeps the file's token, not the stored edit
+        view.state.emitted(token)
+    assert view.state.followed == "own"
+    assert view.state.stored_part([7, 8, 9], [7, 8, 10]) == []  # a later difference: the own copy
+    assert view.state.stored_part([7, 8, 9, 10], [7, 8, 9]) == [7, 8, 9, 10]  # the store goes further
+    policy, retry = request(edited[:20])
+    assert policy.propose([retry], 1)[0].tokens == edited[20:50]
+    for token in edited[20:51]:  # the output writes the stored edit
+        retry.state.emitted(token)
+    assert retry.state.followed == "store"
+    assert retry.state.stored_part([7, 8, 9], [7, 8, 10]) == [7, 8, 9]

@@ -93,7 +93,8 @@ def _timed_render(tmpl: str) -> tuple[TemplateError, float]:
         "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
         "{% set s %}{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}"
         "{% endfor %}{% endset %}",
-        "{% for x in [1] recursive %}{% for i in range(99999) %}{% endfor %}{{ loop([1]) }}"
+        "{% for x in [1] recursive %}{% for i in range(99999) %}{% for j in range(30) %}{% endfor %}{% endfor %}"
+        "{{ loop([1]) }}"
         "{% endfor %}",
     ],
     ids=["nested-ranges-no-output", "captured-block", "recursive-loop"],

@@ -55,6 +55,7 @@ class CopyTracker:
     broke: tuple[int, int] | None = None  # (source position, text position) of the last break
     # 1 for each of the answer's last RECENT tokens that no copy predicted (its own writing)
     recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
+    n_originals: int = 0  # the sum of ``recent``, kept as tokens come
     left_at: int | None = None  # the source position where the answer last left a copy
     jumped: bool = False  # the copy was seated far from where the answer left the last one
 
@@ -111,7 +112,11 @@ class CopyTracker:
             n, start = self.index.match()
             if n and not self.index.branches():
                 judged = (n, token == self.index.tokens[start], start < self.prompt)
-        self.recent.append(0 if judged is not None and judged[1] and judged[0] >= COPIED_MIN else 1)
+        if len(self.recent) == RECENT:
+            self.n_originals -= self.recent[0]
+        own = 0 if judged is not None and judged[1] and judged[0] >= COPIED_MIN else 1
+        self.recent.append(own)
+        self.n_originals += own
         self.index.extend([token])
         if self.broke is not None and self.copy is None:
             self._resume()
@@ -121,7 +126,7 @@ class CopyTracker:
         """How many of the answer's last RECENT tokens no copy predicted: a short match
         right after the answer's own writing is more often a coincidence or a paraphrase
         than the start of a copy."""
-        return sum(self.recent)
+        return self.n_originals
 
     def _seat(self) -> None:
         """A copy begins (or moves) where the longest earlier match is long and longer

@@ -101,6 +101,12 @@ class SpecState:
     accept_quote: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.quote_scale_prior))
     accept_fresh: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.fresh_scale_prior))
     accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)
+    written: int = 0  # output tokens so far
+    # Where the store and the request's own copy propose different tokens: which one the
+    # output followed at their last difference (see stored_part), and the difference
+    # still to come (output tokens when it is decided, the store's token, the copy's).
+    followed: Literal["store", "own"] | None = None
+    race: tuple[int, int, int] | None = None
 
     def writing(self) -> bool:
         """Whether the answer has just been writing text of its own (see accept_quote)."""
@@ -114,9 +120,31 @@ class SpecState:
             return self.accept_own
         return self.accept_fresh if self.writing() or copy.jumped else self.accept_quote
 
+    def quote_table(self) -> MatchAcceptance:
+        """The table a quote of the prompt made now is judged in."""
+        return self.accept_copy(0)
+
     def accept_stored(self) -> MatchAcceptance:
         """The acceptance of a copy of an earlier request's text: as a quote of the prompt."""
         return self.accept_fresh if self.writing() else self.accept_store
+
+    def stored_part(self, stored: list[int], own: list[int]) -> list[int]:
+        """Of a stored text's proposal, what to draft where the request's own copy
+        proposes too. An earlier answer's match runs past the copy's (its chat template
+        matches too) but knows neither the edits the copy learnt nor this request's
+        task: where the two agree, the longer goes; where they differ, the side the
+        output followed at their last difference, and before any, only what they share
+        (so that the difference itself decides)."""
+        c = 0
+        for a, b in zip(stored, own):
+            if a != b:
+                break
+            c += 1
+        if c == len(own) or c == len(stored):  # one goes on where the other stops
+            return stored if len(stored) > len(own) else []
+        if self.race is None:
+            self.race = (self.written + c + 1, stored[c], own[c])
+        return stored if self.followed == "store" else [] if self.followed == "own" else stored[:c]
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
@@ -132,13 +160,18 @@ class SpecState:
         if self.ngram is not None:
             self.ngram.extend([token])
         if self.copy is not None:
-            quotes = self.accept_copy(0)  # the table a quote is judged in, as it was proposed
+            quotes = self.quote_table()  # as it was when the token was proposed
             judged = self.copy.emitted(token)
             if judged is not None:
                 n, kept, quoted = judged
                 (quotes if quoted else self.accept_own).judge(n, kept)
         if self.recall is not None:
             self.recall.extend([token])
+        self.written += 1
+        if self.race is not None and self.written == self.race[0]:
+            _, stored, own = self.race
+            self.followed = "store" if token == stored else "own" if token == own else self.followed
+            self.race = None
         shadow = self.shadow
         if shadow is None:
             return
@@ -305,16 +338,19 @@ class SpecPolicy:
     @staticmethod
     def _copies(spec: SpecState, room: int) -> Iterator[tuple[int, list[int], int, Literal["ngram", "match", "store"]]]:
         """The copies to propose, best evidence first: the longest match in an earlier
-        request's text, the copy of the request's own text it follows (with the edits
-        it made so far), each when long; then the short n-gram index's, which is still
+        request's text (see SpecState.stored_part), the copy of the request's own text
+        it follows (with the edits it made so far), each when long; then the short n-gram index's, which is still
         tried (and judged) when a long copy does not pay. (match length, tokens, start,
         source)"""
         n_own, own_tokens, own_start = spec.copy.propose(room) if spec.copy is not None else (0, [], -1)
-        if spec.recall is not None:  # a longer match in an earlier request's text wins
+        own = n_own >= TUNING.long_match and own_tokens
+        if spec.recall is not None:  # an earlier request's text: where the request's own copy does not know better
             n, recalled = spec.recall.propose(room)
-            if n >= TUNING.store_min_match and n > n_own:
-                yield n, recalled, -1, "store"
-        if n_own >= TUNING.long_match and own_tokens:
+            if n >= TUNING.store_min_match and recalled:
+                stored = spec.stored_part(recalled, own_tokens) if own else recalled if n > n_own else []
+                if stored:
+                    yield n, stored, -1, "store"
+        if own:
             yield n_own, own_tokens, own_start, "match"
         order, tokens, start = spec.ngram.propose(room)
         yield order, tokens, start, "ngram"
