@@ -579,11 +579,11 @@ def test_ngram_mod_rule_replayed_drafts_only_behind_24_matching_tokens_and_48_to
     assert mod_rule(source, short, table) == pytest.approx(1.0)
 
 
-def test_an_earlier_answer_goes_where_the_requests_own_copy_agrees_and_the_output_settles_where_they_differ():
+def test_where_an_earlier_answer_and_the_requests_own_copy_differ_the_output_settles_which_goes():
     """Another task's answer to the same file is in the store (an edit at source[50]):
-    it is drafted as far as it agrees with the request's own copy of the file, and the
-    output at their first difference decides which one later differences follow: the
-    copy for a different task, the store for a retry of the same one."""
+    its longer match is drafted first, and the output at its first difference with the
+    request's own copy of the file decides which one later differences follow: the copy
+    for a different task, the store for a retry of the same one."""
     template, source = [1, 2, 3], list(range(100, 400))
     edited = source[:50] + [9000] + source[51:]
     prompt = template + source + [4, 5]
@@ -602,15 +602,15 @@ def test_an_earlier_answer_goes_where_the_requests_own_copy_agrees_and_the_outpu
     policy, view = request(source[:20])
     assert view.state.copy.propose(64)[0] >= TUNING.long_match  # the request's own copy proposes too
     first = policy.propose([view], 1)[0]
-    assert first.source == "store" and first.tokens == source[20:50]  # what both say, no further
+    assert first.source == "store" and first.tokens[:31] == edited[20:51]  # its match is the longer
     for token in source[20:51]:  # the output keeps the file's token, not the stored edit
         view.state.emitted(token)
     assert view.state.followed == "own"
-    assert view.state.stored_part([7, 8, 9], [7, 8, 10]) == []  # a later difference: the own copy
-    assert view.state.stored_part([7, 8, 9, 10], [7, 8, 9]) == [7, 8, 9, 10]  # the store goes further
+    assert view.state.stored_part([7, 8, 9], [7, 8, 10], True) == []  # a later difference: the own copy
+    assert view.state.stored_part([7, 8, 9, 10], [7, 8, 9], False) == [7, 8, 9, 10]  # the store goes further
     policy, retry = request(edited[:20])
-    assert policy.propose([retry], 1)[0].tokens == edited[20:50]
+    assert policy.propose([retry], 1)[0].tokens[:31] == edited[20:51]
     for token in edited[20:51]:  # the output writes the stored edit
         retry.state.emitted(token)
     assert retry.state.followed == "store"
-    assert retry.state.stored_part([7, 8, 9], [7, 8, 10]) == [7, 8, 9]
+    assert retry.state.stored_part([7, 8, 9], [7, 8, 10], False) == [7, 8, 9]

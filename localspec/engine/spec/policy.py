@@ -128,13 +128,13 @@ class SpecState:
         """The acceptance of a copy of an earlier request's text: as a quote of the prompt."""
         return self.accept_fresh if self.writing() else self.accept_store
 
-    def stored_part(self, stored: list[int], own: list[int]) -> list[int]:
+    def stored_part(self, stored: list[int], own: list[int], longer: bool) -> list[int]:
         """Of a stored text's proposal, what to draft where the request's own copy
         proposes too. An earlier answer's match runs past the copy's (its chat template
         matches too) but knows neither the edits the copy learnt nor this request's
-        task: where the two agree, the longer goes; where they differ, the side the
-        output followed at their last difference, and before any, only what they share
-        (so that the difference itself decides)."""
+        task: where the two agree, the longer proposal goes; where they differ, the side
+        the output followed at their last difference, and before any, the store where
+        its match is ``longer``."""
         c = 0
         for a, b in zip(stored, own):
             if a != b:
@@ -144,7 +144,8 @@ class SpecState:
             return stored if len(stored) > len(own) else []
         if self.race is None:
             self.race = (self.written + c + 1, stored[c], own[c])
-        return stored if self.followed == "store" else [] if self.followed == "own" else stored[:c]
+        side = self.followed or ("store" if longer else "own")
+        return stored if side == "store" else []
 
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
@@ -347,7 +348,7 @@ class SpecPolicy:
         if spec.recall is not None:  # an earlier request's text: where the request's own copy does not know better
             n, recalled = spec.recall.propose(room)
             if n >= TUNING.store_min_match and recalled:
-                stored = spec.stored_part(recalled, own_tokens) if own else recalled if n > n_own else []
+                stored = spec.stored_part(recalled, own_tokens, n > n_own) if own else recalled if n > n_own else []
                 if stored:
                     yield n, stored, -1, "store"
         if own:
