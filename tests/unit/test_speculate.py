@@ -614,3 +614,18 @@ def test_where_an_earlier_answer_and_the_requests_own_copy_differ_the_output_set
         retry.state.emitted(token)
     assert retry.state.followed == "store"
     assert retry.state.stored_part([7, 8, 9], [7, 8, 10], False) == [7, 8, 9]
+
+
+def test_a_short_ngram_never_drafts_against_the_copy_the_answer_follows():
+    """The file's lines recur in a diff below it (context lines, tokenized otherwise):
+    while the answer copies the file, the 4-gram index's latest occurrence (the diff's)
+    is cut where it contradicts the copy, and a continuation of the copy is kept."""
+    source = list(range(100, 200))
+    diff = [150, 151, 152, 153, 900, 901, 902, 903]
+    view = _written(source + diff, source[:54])  # the answer ends in 150..153, as the diff does
+    candidates = {kind: tokens for _, tokens, _, kind in SpecPolicy._copies(view.state, 16)}
+    assert candidates["match"][:4] == source[54:58]
+    assert candidates["ngram"] == []
+    view = _written(source + [150, 151, 152, 153, 154, 155, 156], source[:54])  # a recurrence that agrees
+    candidates = {kind: tokens for _, tokens, _, kind in SpecPolicy._copies(view.state, 16)}
+    assert candidates["ngram"] == source[54:57]

@@ -354,6 +354,8 @@ class SpecPolicy:
         if own:
             yield n_own, own_tokens, own_start, "match"
         order, tokens, start = spec.ngram.propose(room)
+        if own_tokens:  # the copy's longer evidence overrules a short n-gram where they differ
+            tokens = tokens[: _agreeing(tokens, own_tokens)]
         yield order, tokens, start, "ngram"
 
     def _draft_pays(self, config: SpecConfig) -> bool:
@@ -394,6 +396,15 @@ class SpecPolicy:
         context) that ``draft_max`` may need and are not yet known (engine thread)."""
         self.calibrated = True
         calibrate(self.costs, ctx, batch, seq, token, self.unmeasured(capacity, draft_max), self.draft)
+
+
+def _agreeing(tokens: list[int], other: list[int]) -> int:
+    """How far ``tokens`` may go without contradicting ``other``: all of it where one is
+    a prefix of the other, else up to their first difference."""
+    for i, (a, b) in enumerate(zip(tokens, other)):
+        if a != b:
+            return i
+    return len(tokens)
 
 
 def _picker(sampler: Sampler, p_min: float) -> Pick:
