@@ -2,8 +2,8 @@
 verification keeps the drafts' common prefix with the output (as greedy decoding does)
 and each step is charged what a batch of its size costs on some machine. A change to
 the choice of draft length is judged in seconds, on many machines' cost shapes, instead
-of in minutes of benchmarking at several percent of noise per run; the oracle says what
-no choice could beat there. Used by the tests and by ``scripts/spec_sim.py``."""
+of in minutes of benchmarking at several percent of noise per run; the oracle is the
+best choice of k over the proposals made along the output. Used by the tests and by ``scripts/spec_sim.py``."""
 
 from __future__ import annotations
 
@@ -142,10 +142,11 @@ def mod_rule(prompt: list[int], truth: list[int], table: dict[int, float], n: in
 
 def oracle(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
            ngram: tuple[int, int] = (1, 4)) -> float:
-    """The best speedup any choice of draft lengths could reach with the proposals (the
-    n-gram index's and the copy's, whichever keeps more): at each step draft as
-    far as will be kept, or less, whichever is cheaper over the rest of the output (a
-    shortest path, computed backwards)."""
+    """The best speedup any choice of draft lengths could reach with the proposals made
+    along the output token by token (the n-gram index's and the copy's, whichever keeps
+    more): at each step draft as far as will be kept, or less, whichever is cheaper over
+    the rest of the output (a shortest path, computed backwards). A reference, not a
+    bound: the policy's copy follows its own drafts and can propose other tokens."""
     index, copy = NgramIndex(prompt, *ngram), CopyTracker(SuffixIndex(prompt), TUNING.long_match)
     index.extend(truth[:1])
     copy.emitted(truth[0])
