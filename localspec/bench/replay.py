@@ -3,7 +3,8 @@ verification keeps the drafts' common prefix with the output (as greedy decoding
 and each step is charged what a batch of its size costs on some machine. A change to
 the choice of draft length is judged in seconds, on many machines' cost shapes, instead
 of in minutes of benchmarking at several percent of noise per run; the oracle is the
-best choice of k over the proposals made along the output. Used by the tests and by ``scripts/spec_sim.py``."""
+best choice of k over the proposals made along the output. Used by the tests and by
+``scripts/spec_sim.py``."""
 
 from __future__ import annotations
 

@@ -135,12 +135,8 @@ class SpecState:
         task: where the two agree, the longer proposal goes; where they differ, the side
         the output followed at their last difference, and before any, the store where
         its match is ``longer``."""
-        c = 0
-        for a, b in zip(stored, own):
-            if a != b:
-                break
-            c += 1
-        if c == len(own) or c == len(stored):  # one goes on where the other stops
+        c = _agreeing(stored, own)
+        if c == len(stored):  # one goes on where the other stops
             return stored if len(stored) > len(own) else []
         if self.race is None:
             self.race = (self.written + c + 1, stored[c], own[c])
@@ -340,9 +336,9 @@ class SpecPolicy:
     def _copies(spec: SpecState, room: int) -> Iterator[tuple[int, list[int], int, Literal["ngram", "match", "store"]]]:
         """The copies to propose, best evidence first: the longest match in an earlier
         request's text (see SpecState.stored_part), the copy of the request's own text
-        it follows (with the edits it made so far), each when long; then the short n-gram index's, which is still
-        tried (and judged) when a long copy does not pay. (match length, tokens, start,
-        source)"""
+        it follows (with the edits it made so far), each when long; then the short
+        n-gram index's, cut where it contradicts the copy, which is still tried (and
+        judged) when a long copy does not pay. (match length, tokens, start, source)"""
         n_own, own_tokens, own_start = spec.copy.propose(room) if spec.copy is not None else (0, [], -1)
         own = n_own >= TUNING.long_match and own_tokens
         if spec.recall is not None:  # an earlier request's text: where the request's own copy does not know better
