@@ -11,7 +11,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from localspec.types import (
+
+def _load_llama_first() -> None:
+    """Open llama.cpp's shared library before any other native code (numpy's): on the
+    H200 a CUDA build of llama.cpp opened after numpy crashed in every model load
+    (llama_model::print_info), and opened first it loads (issue 17's note). Only the
+    library is opened here, in milliseconds; the engine imports llama_cpp when needed,
+    and any failure is left for that import to report."""
+    import ctypes
+    import importlib.util
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    base = os.environ.get("LLAMA_CPP_LIB_PATH")  # where llama_cpp itself looks first
+    if base is None:
+        spec = importlib.util.find_spec("llama_cpp")
+        if spec is None or not spec.submodule_search_locations:
+            return
+        base = os.path.join(spec.submodule_search_locations[0], "lib")
+    try:
+        ctypes.CDLL(os.path.join(base, "libllama.so"))
+    except OSError:
+        pass
+
+
+_load_llama_first()
+
+from localspec.types import (  # noqa: E402
     FinishReason,
     Message,
     Request,

@@ -15,8 +15,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+# llama.cpp's libraries load before numpy's: on the H200, a CUDA build loaded after
+# numpy crashed in every model load (llama_model::print_info, a libstdc++ symbol resolved
+# in libggml-cuda.so), and loaded first it loads; localspec.engine imports this module first.
 try:
     import llama_cpp as lc
 except Exception as exc:  # pragma: no cover - depends on the install
@@ -26,6 +27,8 @@ except Exception as exc:  # pragma: no cover - depends on the install
         "llama-cpp-python is not installed or failed to load "
         f"({exc}); reinstall it as the README's install section says."
     ) from exc
+
+import numpy as np  # noqa: E402  (after llama_cpp: see above)
 
 from localspec.engine import llamalog
 from localspec.errors import ContextError, DecodeError, ModelLoadError, OutOfMemory
@@ -443,11 +446,16 @@ class Context:
         self._row_type = ctypes.c_float * model.n_vocab
 
     def decode(self, batch: Batch) -> None:
-        """Run the batch; raise KVFull when the cache has no room, DecodeError on failure."""
+        """Run the batch; raise KVFull when the cache has no room, DecodeError on failure.
+        Returns when the batch is computed: on a GPU llama_decode only queues the work
+        (the first logits read waits for it), and a decode timed without waiting measured
+        the launch (the H200's calibration had T(3) and T(4) below T(1)). The engine reads
+        logits after nearly every decode, so waiting here costs next to nothing."""
         b = batch._b
         b.n_tokens = batch.n
         rc = lc.llama_decode(self._ptr, b)
         if rc == 0:
+            lc.llama_synchronize(self._ptr)
             return
         if rc == 1:
             raise KVFull()
