@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import localspec.engine  # noqa: E402,F401  (first: llama.cpp's libraries before numpy's, see engine/backend.py)
 import random_gguf  # noqa: E402
 
 # (target shape, draft shape, tokens decoded per measurement, GPU layers)
@@ -33,6 +34,7 @@ MODES = {
     "quick": ("tiny", "tiny", 16, 0),
 }
 RECORDED = ROOT / "tests" / "unit" / "data" / "qwen2.5-coder-1.5b-greedy.json"
+AGENT = ROOT / "tests" / "unit" / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"
 MATCHES = ROOT / "tests" / "unit" / "data" / "qwen2.5-coder-0.5b-draft-matches.json"
 REPEATS = 3
 
@@ -148,34 +150,45 @@ def llama_bench(binary: str | None, target: Path, gpu_layers: int, n_tokens: int
         report.figures["llama_bench"] = {"error": proc.stderr.strip()[-500:]}
 
 
-def replayed(table: dict, report: Report) -> None:
-    """The recorded greedy outputs of Qwen2.5-Coder-1.5B replayed with these costs: n-gram
-    speculation by the engine's own policy (and llama.cpp's ngram-simple rule, and the
-    oracle), and Qwen2.5-Coder-0.5B drafting, from where its greedy choice matched."""
-    from localspec.bench.replay import draft_model, fixed_rule, oracle, replay
+def replayed(table: dict, tokenizer_model: Path, report: Report) -> None:
+    """The recorded greedy outputs of Qwen2.5-Coder-1.5B (the bench's prompts and the
+    agent prompts) replayed with these costs: n-gram speculation by the engine's own
+    policy (reading the prompts' diffs with Qwen's tokenizer, from ``tokenizer_model``),
+    llama.cpp's ngram-simple and ngram-mod rules, the oracle, and Qwen2.5-Coder-0.5B
+    drafting, from where its greedy choice matched (bench prompts only)."""
+    from localspec.bench.replay import draft_model, fixed_rule, mod_rule, oracle, replay
+    from localspec.engine import backend
 
     draft_step = table.pop("draft_step")
-    recorded = json.loads(RECORDED.read_text())
+    recorded = json.loads(RECORDED.read_text()) | json.loads(AGENT.read_text())
     matches = json.loads(MATCHES.read_text())["matches"]
+    tokenizer = backend.Model(tokenizer_model)
     report.say("")
     report.say("Predicted speedups over plain decoding, these costs, the recorded outputs "
                "(acceptance from the recording):")
-    report.say("| prompt | tokens | n-gram (localspec) | ngram-simple rule | n-gram oracle | draft model: best k | "
-               "draft acceptance |")
-    report.say("|---|---|---|---|---|---|---|")
+    report.say("| prompt | tokens | n-gram (localspec) | ngram-simple rule | ngram-mod rule | n-gram oracle | "
+               "draft model: best k | draft acceptance |")
+    report.say("|---|---|---|---|---|---|---|---|")
     rows = {}
     for name, d in recorded.items():
-        ngram = replay(d["prompt"], d["truth"], table).speedup
+        ngram = replay(d["prompt"], d["truth"], table, tokenizer=tokenizer).speedup
         rule = fixed_rule(d["prompt"], d["truth"], table)
+        mod = mod_rule(d["prompt"], d["truth"], table)
         best = oracle(d["prompt"], d["truth"], table)
-        bits = matches[name]
-        by_k = {0: 1.0} | {k: draft_model(d["truth"], bits, table, draft_step, k) for k in range(1, 17)}
-        k = max(by_k, key=by_k.get)  # k 0: drafting does not pay here
-        rate = bits.count("1") / len(bits)
-        report.say(f"| {name} | {len(d['truth'])} | {ngram:.2f}x | {rule:.2f}x | {best:.2f}x | {by_k[k]:.2f}x (k {k}) | "
-                   f"{rate:.2f} |")
-        rows[name] = {"ngram": round(ngram, 3), "ngram_simple": round(rule, 3), "ngram_oracle": round(best, 3),
-                      "draft_best": round(by_k[k], 3), "draft_k": k, "draft_match_rate": round(rate, 3)}
+        row = {"ngram": round(ngram, 3), "ngram_simple": round(rule, 3), "ngram_mod": round(mod, 3),
+               "ngram_oracle": round(best, 3)}
+        bits = matches.get(name)
+        if bits:
+            by_k = {0: 1.0} | {k: draft_model(d["truth"], bits, table, draft_step, k) for k in range(1, 17)}
+            k = max(by_k, key=by_k.get)  # k 0: drafting does not pay here
+            rate = bits.count("1") / len(bits)
+            drafted = f"{by_k[k]:.2f}x (k {k}) | {rate:.2f}"
+            row |= {"draft_best": round(by_k[k], 3), "draft_k": k, "draft_match_rate": round(rate, 3)}
+        else:
+            drafted = "- | -"
+        report.say(f"| {name} | {len(d['truth'])} | {ngram:.2f}x | {rule:.2f}x | {mod:.2f}x | {best:.2f}x | {drafted} |")
+        rows[name] = row
+    tokenizer.close()
     report.figures["predicted"] = rows
 
 
@@ -204,7 +217,7 @@ def main() -> None:
                               if "target:" in line or "draft:" in line]  # the rows: layers on GPU, bytes
     table = calibrate(target, draft, gpu_layers, n_tokens, report)
     llama_bench(a.llama_bench, target, gpu_layers, n_tokens, report)
-    replayed(table, report)
+    replayed(table, draft, report)
     report.say(f"\ndone in {time.perf_counter() - t0:.0f} s; {out}/: report.txt, figures.json, costs.md")
     report.figures["seconds"] = round(time.perf_counter() - t0, 1)
     report.save()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
+from localspec.engine.spec.patch import Tokenizer
 from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState
 from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING
@@ -50,11 +51,15 @@ class Replayed:
     spec: SpecState
 
 
-def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64) -> Replayed:
+def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
+           tokenizer: Tokenizer | None = None) -> Replayed:
+    """The engine's policy replayed; ``tokenizer`` (the model's) lets it read the diffs in
+    the prompt, as the engine does."""
     costs = Costs()
     for b, seconds in sorted(table.items()):  # size 1 first: the others are ratios to it
         costs.set_target(b, seconds)
     policy = SpecPolicy(None, costs=costs)
+    policy.tokenizer = tokenizer
     spec = policy.start(prompt, SpecConfig(mode="ngram", draft_max=draft_max))
     tokens = list(prompt)
     spec.emitted(truth[0])  # the first token comes from the prefill

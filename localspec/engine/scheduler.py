@@ -96,6 +96,7 @@ class Engine:
         self._batch = backend.Batch(config.n_batch)
         self._costs_key = costs_cache.cache_key(model_path, config.draft_model, config.n_threads, config.kv_type)
         self.policy = SpecPolicy(self.draft, costs_cache.load_cached(self._costs_key), self._batch.capacity)
+        self.policy.tokenizer = self.model  # to read the diffs in prompts (spec/patch.py)
         self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
         self.steps = 0  # engine steps (decodes) so far
         self.prefilled = 0  # prompt tokens decoded so far (cached and copied prompts are not)

@@ -49,7 +49,8 @@ class CopyTracker:
 
     index: SuffixIndex
     min_length: int  # a match this long seats a copy
-    prompt: int = 0  # the text's first tokens that are the prompt: a copy from there quotes the input
+    prompt: int = 0  # the text's first tokens that are the input: a copy from there quotes it
+    hint: int = 0  # the input's last tokens that are not the request's: the prompt's diffs applied (patch.py)
     copy: Copy | None = None
     edits: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)  # key[0] -> edits
     broke: tuple[int, int] | None = None  # (source position, text position) of the last break
@@ -121,6 +122,13 @@ class CopyTracker:
         if self.broke is not None and self.copy is None:
             self._resume()
         return judged
+
+    def own_position(self, start: int) -> int:
+        """Where the text's position ``start`` is in the request's own text (its prompt
+        and output, without the hint); -1 inside the hint."""
+        if start < self.prompt - self.hint:
+            return start
+        return start - self.hint if start >= self.prompt else -1
 
     def originals(self) -> int:
         """How many of the answer's last RECENT tokens no copy predicted: a short match

@@ -21,6 +21,7 @@ from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
 from localspec.engine.spec.ngram import NgramIndex
+from localspec.engine.spec.patch import Tokenizer, diff_hints
 from localspec.engine.spec.store import Recall, Store
 from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING
@@ -207,7 +208,8 @@ class SpecState:
             # ("match": every token was judged as it came, in emitted)
             self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
             if self.ngram is not None:
-                self.ngram.accepted(proposal.start, accepted)
+                start = self.copy.own_position(proposal.start) if proposal.source == "match" and self.copy else proposal.start
+                self.ngram.accepted(start, accepted)
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)
@@ -256,6 +258,7 @@ class SpecPolicy:
         self.costs = costs or Costs()
         self.calibrated = costs is not None  # measured now or remembered: worth saving
         self.store: Store | None = None  # earlier requests' texts, where the engine keeps them
+        self.tokenizer: Tokenizer | None = None  # the target's: to apply a prompt's diffs (spec/patch.py)
 
     def start(self, prompt: list[int], config: SpecConfig, store_key: str = "") -> SpecState | None:
         """A new request's speculation state (None: it runs plain)."""
@@ -263,9 +266,12 @@ class SpecPolicy:
         if drafters == "off":
             return None
         recall = self.store.recall(store_key, prompt) if self.store and config.share and drafters != "draft" else None
+        copies = drafters in ("ngram", "auto")
+        hint = diff_hints(self.tokenizer, prompt) if copies and self.tokenizer is not None else []
         return SpecState(
             recall=recall,
-            copy=CopyTracker(SuffixIndex(prompt), TUNING.long_match, len(prompt)) if drafters in ("ngram", "auto") else None,
+            copy=CopyTracker(SuffixIndex(prompt + hint), TUNING.long_match, len(prompt) + len(hint), hint=len(hint))
+            if copies else None,
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
