@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,15 @@ def test_text_without_a_diff_or_with_one_that_applies_nowhere_gives_nothing():
     assert patched(prompt_with("")) == []
     assert patched("@@ -1 +1 @@\n-x = 1\n+x = 2\n") == []  # nothing to apply it to
     assert patched(prompt_with("@@ -1,1 +1,1 @@\n-not in the file\n+nor this\n")) == []
+
+
+def test_a_hostile_prompt_of_many_hunks_costs_little():
+    """Thousands of hunks whose first line is everywhere (a blank line) in a text of
+    thousands of blank lines: placing them stops at the prompt's budget of comparisons."""
+    text = "\n" * 20000 + "".join("@@ -1,2 +1,1 @@\n \n-x\n" for _ in range(5000))
+    t0 = time.perf_counter()
+    assert patched(text) == []
+    assert time.perf_counter() - t0 < 2.0
 
 
 AGENT = Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"  # scripts/agent_prompts.jsonl

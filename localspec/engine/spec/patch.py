@@ -16,11 +16,17 @@ the text around the diff, and a hunk not found is left out.
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Protocol
 
 HUNK = re.compile(r"@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 MAX_HINT_TOKENS = 16384  # a patched text longer than this is not indexed (time and memory per request)
+MAX_DIFFS = 4  # diffs applied per prompt
+# Lines compared while placing hunks, per prompt: a hostile prompt of many hunks whose
+# first line is everywhere (a blank line) would otherwise cost seconds of the engine
+# thread; a real diff of 20 hunks against a 2,000-line file compares a few thousand.
+MAX_COMPARED = 1_000_000
 
 
 class Tokenizer(Protocol):
@@ -52,9 +58,10 @@ def patched(text: str) -> list[str]:
         return []
     inside = {i for first, end, _ in diffs for i in range(first, end)}
     source = [line for i, line in enumerate(lines) if i not in inside]
+    finder = _Finder(source)
     out = []
-    for _, _, hunks in diffs:
-        result = _apply(source, hunks)
+    for _, _, hunks in diffs[:MAX_DIFFS]:
+        result = _apply(source, hunks, finder)
         if result is not None:
             out.append("\n".join(result))
     return out
@@ -110,18 +117,16 @@ def _in_hunk(lines: list[str], i: int) -> bool:
     return line[:1] in (" ", "+", "-", "\\")
 
 
-def _apply(source: list[str], hunks: list[Hunk]) -> list[str] | None:
+def _apply(source: list[str], hunks: list[Hunk], finder: _Finder) -> list[str] | None:
     """``source`` with each hunk's old lines (found in order, trailing spaces ignored)
     replaced by its new ones; None when no hunk is found."""
-    stripped = [line.rstrip() for line in source]
     out: list[str] = []
     at = 0
     found = 0
     for old, new in hunks:
         if not old:
             continue
-        key = [line.rstrip() for line in old]
-        where = _find(stripped, key, at)
+        where = finder.find([line.rstrip() for line in old], at)
         if where < 0:
             continue
         out.extend(source[at:where])
@@ -134,9 +139,25 @@ def _apply(source: list[str], hunks: list[Hunk]) -> list[str] | None:
     return out
 
 
-def _find(lines: list[str], key: list[str], start: int) -> int:
-    n = len(key)
-    for i in range(start, len(lines) - n + 1):
-        if lines[i] == key[0] and lines[i : i + n] == key:
-            return i
-    return -1
+class _Finder:
+    """Where a run of lines first occurs from a position on: the candidates are the
+    places of its first line (an index of the stripped lines), checked within the
+    prompt's budget of comparisons (MAX_COMPARED)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = [line.rstrip() for line in lines]
+        self.at: dict[str, list[int]] = {}
+        for i, line in enumerate(self.lines):
+            self.at.setdefault(line, []).append(i)
+        self.left = MAX_COMPARED
+
+    def find(self, key: list[str], start: int) -> int:
+        places = self.at.get(key[0], [])
+        lines, n = self.lines, len(key)
+        for i in places[bisect.bisect_left(places, start) :]:
+            if self.left <= 0:
+                return -1
+            self.left -= n
+            if lines[i : i + n] == key:
+                return i
+        return -1
