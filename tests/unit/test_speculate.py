@@ -255,27 +255,6 @@ def test_a_shadow_is_judged_token_by_token():
     assert acc.tried[2] == 1 and acc.kept[2] == 0 and spec.shadow is None and spec.kept_in_a_row == 0
 
 
-def test_a_match_found_elsewhere_after_a_run_starts_a_run_of_its_own():
-    """The run is the output's tokens in a row that followed one source: a proposal
-    that goes on from that source extends it, one copied from elsewhere starts at
-    position 1 (judged on the first-token table by n-gram length)."""
-    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 40, 41, 3, 4, 60, 61, 62]
-    spec = SpecPolicy(None).start(prompt, SpecConfig(mode="ngram"))
-    spec.shadow_proposal(2, [3, 4, 5, 6], 2)  # following the prompt from position 2
-    for token in (3, 4, 5):
-        spec.emitted(token)
-    assert spec.kept_in_a_row == 3 and spec.run_at == 5
-    assert spec.run_for(5) == 3 and spec.run_for(6) == 3  # the source goes on (or a token past it)
-    assert spec.run_for(13) == 0  # "60 61 62" after the other "3 4": a new copy
-    spec.shadow = None
-    spec.shadow_proposal(2, [60, 61, 62], 13)
-    assert spec.kept_in_a_row == 0
-    tried, kept = spec.accept_ngram.first[2]
-    spec.emitted(60)
-    assert spec.accept_ngram.first[2] == [tried + 1, kept + 1]  # judged at run position 1
-    assert spec.kept_in_a_row == 1 and spec.run_at == 14
-
-
 class CheapDraft:
     """Stands in for the draft model (not what is tested here: the routing between the
     drafters is): every slot already caught up, each job drafts token 7."""

@@ -70,7 +70,6 @@ class SpecState:
     accept_ngram: RunAcceptance  # by place in the run of output that followed the proposals
     accept_draft: Acceptance
     kept_in_a_row: int = 0  # the run: output tokens in a row that followed n-gram proposals
-    run_at: int = -1  # where in the request's text the run's source goes on (-1: no run)
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
@@ -145,19 +144,10 @@ class SpecState:
         side = self.followed or ("store" if longer else "own")
         return stored if side == "store" else []
 
-    def run_for(self, start: int) -> int:
-        """The run a proposal copied from ``start`` extends: the current one where it
-        goes on from the run's source (or a token past it: the step's own token, after a
-        draft kept whole), else none. A short match found elsewhere after a run is a new
-        copy, as likely a coincidence as any; costed as the run's next tokens, it drafted
-        on a chat answer's and a summary's common phrases and lost (2-core EPYC)."""
-        return self.kept_in_a_row if self.run_at >= 0 and start in (self.run_at, self.run_at + 1) else 0
-
     def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
         """Judge an undrafted n-gram proposal against the coming output: one at a time
         (a token is evidence once), replaced when a longer or shorter match proposes."""
         if self.shadow is None or self.shadow.order != order:
-            self.kept_in_a_row = self.run_for(start)
             self.accept_ngram.begin()
             self.shadow = Shadow(order, tokens, start)
             self.shadowed += 1
@@ -188,12 +178,10 @@ class SpecState:
         if kept:
             shadow.matched += 1
             self.kept_in_a_row += 1
-            self.run_at = shadow.start + shadow.matched
             if self.ngram is not None:
                 self.ngram.accepted(shadow.start, shadow.matched)
         else:
             self.kept_in_a_row = 0
-            self.run_at = -1
         if not kept or shadow.matched == len(shadow.tokens):
             self.shadow = None
 
@@ -213,18 +201,15 @@ class SpecState:
             self.accepted_at[position] = self.accepted_at.get(position, 0) + 1
         if proposal.kind == "ngram":
             self.ngram_drafted += drafted
-            at = self.own_position(proposal)
-            run = self.run_for(at)
             if proposal.source == "store":
                 self.accept_stored().update(proposal.order, drafted, accepted)
             elif proposal.source == "ngram":
-                self.accept_ngram.update(run, drafted, accepted, proposal.order)
+                self.accept_ngram.update(self.kept_in_a_row, drafted, accepted, proposal.order)
             # ("match": every token was judged as it came, in emitted)
-            whole = accepted == drafted
-            self.kept_in_a_row = run + accepted if whole else 0
-            self.run_at = at + accepted if whole and at >= 0 else -1
+            self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
             if self.ngram is not None:
-                self.ngram.accepted(at, accepted)
+                start = self.copy.own_position(proposal.start) if proposal.source == "match" and self.copy else proposal.start
+                self.ngram.accepted(start, accepted)
         else:
             self.model_drafted += drafted
             self.accept_draft.update(drafted, accepted)
@@ -234,13 +219,6 @@ class SpecState:
         else:
             self.probe_every = TUNING.probe_every
         self.idle_steps = 0
-
-    def own_position(self, proposal: Proposal) -> int:
-        """Where in the request's own text (prompt and output) a proposal was copied
-        from; -1 for an earlier request's text or the prompt's patched diffs."""
-        if proposal.source == "match" and self.copy is not None:
-            return self.copy.own_position(proposal.start)
-        return proposal.start if proposal.source == "ngram" else -1
 
     @property
     def ran(self) -> str:
@@ -330,7 +308,7 @@ class SpecPolicy:
                         continue
                     expected = (spec.accept_stored().expected_tokens(order, len(tokens)) if source == "store" else
                                 spec.accept_copy(start).expected_tokens(order, len(tokens)) if source == "match" else
-                                spec.accept_ngram.expected_tokens(spec.run_for(start), len(tokens), order))
+                                spec.accept_ngram.expected_tokens(spec.kept_in_a_row, len(tokens), order))
                     k = self._choose(spec, len(tokens), expected, 0.0)
                     if k:
                         proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order,
