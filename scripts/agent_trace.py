@@ -7,7 +7,8 @@ unrelated requests sent alongside (which must not slow down).
 The trace: ten stateless requests on a small repository, each sending the files it works
 on and its task; five tasks, each sent again later as an agent's retry (a timed-out tool
 call, a regenerate), so that what a request writes has often been written by an earlier
-one. Each configuration starts its own server (one slot, greedy, n-gram speculation).
+one. Each configuration starts its own server (two slots, greedy, n-gram speculation);
+the trace runs alone, the unrelated requests alone and then alongside the retries.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -117,12 +119,14 @@ def post(url: str, content: str, max_tokens: int) -> dict:
 
 def run(model: str, store_tokens: int, max_tokens: int) -> dict:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", model, "--port", str(port), "--slots", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", model, "--port", str(port), "--slots", "2",
                              "--store-tokens", str(store_tokens), "--spec", "ngram"],
                             stderr=subprocess.DEVNULL, env={**os.environ, "LOCALSPEC_NO_COST_CACHE": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
+            if proc.poll() is not None:
+                raise SystemExit(f"localspec serve exited ({proc.returncode}) before it was ready")
             try:
                 with urllib.request.urlopen(url + "/health", timeout=1) as r:
                     if r.status == 200:
@@ -138,10 +142,28 @@ def run(model: str, store_tokens: int, max_tokens: int) -> dict:
             out = post(url, request_text(task, retry), max_tokens)
             rows.append(_row(f"task {task + 1}" + (" (retry)" if retry else ""), out))
         unrelated = [_row(f"unrelated {i + 1}", post(url, text, max_tokens)) for i, text in enumerate(UNRELATED)]
-        return {"store_tokens": store_tokens, "trace": rows, "unrelated": unrelated}
+        return {"store_tokens": store_tokens, "trace": rows, "unrelated": unrelated,
+                "alongside": alongside(url, max_tokens)}
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def alongside(url: str, max_tokens: int) -> list[dict]:
+    """The unrelated requests again, one after another on the second slot, while the
+    retries are sent again on the first (copied from the store, where it is on): what
+    the store's drafts cost a request that shares the batch with them."""
+    done: list[dict] = []
+    thread = threading.Thread(target=lambda: done.extend(
+        _row(f"unrelated {i + 1}", post(url, text, max_tokens)) for i, text in enumerate(UNRELATED)))
+    thread.start()
+    while thread.is_alive():
+        for task in range(len(TASKS)):
+            if not thread.is_alive():
+                break
+            post(url, request_text(task, True), max_tokens)
+    thread.join()
+    return done
 
 
 def _row(name: str, out: dict) -> dict:
@@ -153,6 +175,16 @@ def _row(name: str, out: dict) -> dict:
 
 def overall(rows: list[dict]) -> float:
     return sum(r["tokens"] for r in rows) / (sum(r["decode_ms"] for r in rows) / 1000)
+
+
+def bound(first: list[dict], faster: list[dict]) -> float:
+    """What the store could reach at most in a round: it can only help a request whose
+    answer an earlier request wrote (here, the retries), and such a request at best runs
+    at the round's fastest request's rate (a retry copied whole); the others stay as
+    fast as without the store (``first``: that round's rows without it)."""
+    fastest = max(r["tokens_per_s"] for r in faster)
+    seconds = sum(r["tokens"] / fastest if "retry" in r["request"] else r["decode_ms"] / 1000 for r in first)
+    return sum(r["tokens"] for r in first) / seconds
 
 
 def main() -> None:
@@ -186,6 +218,12 @@ def main() -> None:
         print(f"store {n}: trace {median(rates):.1f} tok/s overall ({median(ratios):.2f}x, rounds "
               f"{', '.join(f'{x:.2f}' for x in ratios)}), acceptance {acc:.0%}, unrelated "
               f"{median(x['tokens_per_s'] for r in runs for x in r['unrelated']):.1f} tok/s median")
+        print(f"store {n}: unrelated requests alongside the retries "
+              f"{median(x['tokens_per_s'] for r in runs for x in r['alongside']):.1f} tok/s median")
+        if n:  # the most the store could give here, round by round
+            bounds = [bound(off["trace"], on["trace"]) / b for off, on, b in zip(by_size[0], runs, base)]
+            print(f"store {n}: at most {median(bounds):.2f}x here (every retry at its round's fastest request's "
+                  f"rate; rounds {', '.join(f'{x:.2f}' for x in bounds)})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rounds, f, indent=1)

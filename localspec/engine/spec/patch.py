@@ -21,6 +21,7 @@ import re
 from typing import Protocol
 
 HUNK = re.compile(r"@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+HEADERS = ("--- ", "+++ ", "diff ", "index ")  # a diff's header lines, before and between its files' hunks
 MAX_HINT_TOKENS = 16384  # a patched text longer than this is not indexed (time and memory per request)
 MAX_DIFFS = 4  # diffs applied per prompt
 # Lines compared while placing hunks, per prompt: a hostile prompt of many hunks whose
@@ -78,7 +79,7 @@ def _diffs(lines: list[str]):
             i += 1
             continue
         first = i
-        while first > 0 and lines[first - 1].startswith(("--- ", "+++ ", "diff ", "index ")):
+        while first > 0 and lines[first - 1].startswith(HEADERS):
             first -= 1
         hunks: list[Hunk] = []
         while i < len(lines) and HUNK.match(lines[i]):
@@ -100,7 +101,7 @@ def _diffs(lines: list[str]):
                 old.pop()
                 new.pop()
             hunks.append((old, new))
-            while i < len(lines) and lines[i].startswith(("--- ", "+++ ", "diff ", "index ")):
+            while i < len(lines) and lines[i].startswith(HEADERS):
                 i += 1  # the next file's headers: one diff for the prompt's files
         if any(old for old, _ in hunks):
             yield first, i, hunks
