@@ -15,6 +15,7 @@ from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.patch import Tokenizer
 from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState
+from localspec.engine.spec.store import Store
 from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING
 from localspec.types import SpecConfig
@@ -52,14 +53,15 @@ class Replayed:
 
 
 def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
-           tokenizer: Tokenizer | None = None) -> Replayed:
+           tokenizer: Tokenizer | None = None, store: Store | None = None) -> Replayed:
     """The engine's policy replayed; ``tokenizer`` (the model's) lets it read the diffs in
-    the prompt, as the engine does."""
+    the prompt, as the engine does; ``store``: earlier requests' texts to draft from."""
     costs = Costs()
     for b, seconds in sorted(table.items()):  # size 1 first: the others are ratios to it
         costs.set_target(b, seconds)
     policy = SpecPolicy(None, costs=costs)
     policy.tokenizer = tokenizer
+    policy.store = store
     spec = policy.start(prompt, SpecConfig(mode="ngram", draft_max=draft_max))
     tokens = list(prompt)
     spec.emitted(truth[0])  # the first token comes from the prefill

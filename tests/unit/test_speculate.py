@@ -13,7 +13,7 @@ from localspec.bench.replay import draft_model, fixed_rule, mod_rule, oracle, re
 from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
-from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState, choose_k
+from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState, choose_k
 from localspec.engine.spec.store import Store
 from localspec.engine.spec.tuning import TUNING
 from localspec.engine.spec.verify import residual, verify
@@ -629,3 +629,26 @@ def test_a_short_ngram_never_drafts_against_the_copy_the_answer_follows():
     view = _written(source + [150, 151, 152, 153, 154, 155, 156], source[:54])  # a recurrence that agrees
     candidates = {kind: tokens for _, tokens, _, kind in SpecPolicy._copies(view.state, 16)}
     assert candidates["ngram"] == source[54:57]
+
+
+def test_the_store_does_not_draft_an_earlier_answer_for_a_prompt_that_only_ends_alike():
+    """Two tasks on the same file end in the same words and chat template: the earlier
+    task's answer is drafted only once the output has followed it long enough, and for
+    the same request sent again at once."""
+    files, ending = list(range(100, 400)), [7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
+    earlier = files + [1, 2] + ending  # task A
+    answer = list(range(500, 600))
+
+    def first_proposal(prompt: list[int]) -> Proposal | None:
+        policy = SpecPolicy(None, costs=costs_from(STEEP))
+        policy.store = Store()
+        policy.store.add("", earlier + answer)
+        spec = policy.start(prompt, SpecConfig(mode="ngram"))
+        spec.emitted(answer[0])
+        view = SlotView(seq=0, tokens=prompt, pending=answer[0], room=1000, state=spec,
+                        sampler=Sampler(SamplingParams(temperature=0.0)))
+        return policy.propose([view], 1).get(0)
+
+    assert first_proposal(files + [3, 4] + ending) is None  # task B: its own answer to come
+    again = first_proposal(earlier)
+    assert again is not None and again.source == "store" and again.tokens[:20] == answer[1:21]

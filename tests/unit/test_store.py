@@ -80,3 +80,22 @@ def test_a_recall_searches_the_texts_stored_before_its_request():
     recall = store.recall("k", [10, 11])
     store.add("k", [10, 11, 99, 98, 97] * 5)
     assert recall.propose(2) == (2, [12, 13])
+
+
+def test_only_the_part_of_a_match_within_the_output_is_evidence_unless_the_whole_prompt_matched():
+    """Prompts that end alike ("... Output the whole file.", the chat template) are no
+    sign of the same answer; the same prompt sent again is."""
+    store = Store()
+    answer = list(range(100, 160))
+    store.add("k", [1, 2, 3, 4, 5, 6, 7, 8, 9] + answer)
+    other = store.recall("k", [0, 0, 4, 5, 6, 7, 8, 9])  # another task, ending alike
+    n, tokens = other.propose(64)
+    assert (n, tokens) == (6, answer) and other.evidence(n) == 0
+    other.extend(answer[:10])  # its output has followed the earlier answer for 10 tokens
+    n, _ = other.propose(4)
+    assert n == 16 and other.evidence(n) == 10
+    again = store.recall("k", [1, 2, 3, 4, 5, 6, 7, 8, 9])  # the same request again
+    n, _ = again.propose(64)
+    assert n == 9 and again.evidence(n) == 9
+    again.extend(answer[:3])
+    assert again.evidence(again.propose(4)[0]) == 12

@@ -135,7 +135,9 @@ class SpecState:
         matches too) but knows neither the edits the copy learnt nor this request's
         task: where the two agree, the longer proposal goes; where they differ, the side
         the output followed at their last difference, and before any, the store where
-        its match is ``longer``."""
+        its match is ``longer`` (or as long: an earlier answer the output has followed
+        from its start says more than the input both copy; on the agent trace's replay
+        ties to the own copy cost 2.5%)."""
         c = _agreeing(stored, own)
         if c == len(stored):  # one goes on where the other stops
             return stored if len(stored) > len(own) else []
@@ -349,8 +351,9 @@ class SpecPolicy:
         own = n_own >= TUNING.long_match and own_tokens
         if spec.recall is not None:  # an earlier request's text: where the request's own copy does not know better
             n, recalled = spec.recall.propose(room)
+            n = spec.recall.evidence(n)
             if n >= TUNING.store_min_match and recalled:
-                stored = spec.stored_part(recalled, own_tokens, n > n_own) if own else recalled if n > n_own else []
+                stored = spec.stored_part(recalled, own_tokens, n >= n_own) if own else recalled if n > n_own else []
                 if stored:
                     yield n, stored, -1, "store"
         if own:

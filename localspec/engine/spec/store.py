@@ -57,6 +57,7 @@ class Store:
             return None
         recall = Recall(texts)
         recall.extend(context[-CONTEXT:])
+        recall.context, recall.written = min(CONTEXT, len(context)), 0
         return recall
 
 
@@ -66,11 +67,14 @@ class Recall:
 
     texts: list[SuffixIndex]
     states: list[tuple[int, int]] = field(default_factory=list)  # per text: (state, match length)
+    context: int = 0  # the prompt's last tokens it was started on
+    written: int = 0  # tokens since: the request's output
 
     def __post_init__(self) -> None:
         self.states = [(0, 0)] * len(self.texts)
 
     def extend(self, tokens: list[int]) -> None:
+        self.written += len(tokens)
         for token in tokens:
             self.states = [text.step(state, length, token)
                            for text, (state, length) in zip(self.texts, self.states)]
@@ -85,3 +89,13 @@ class Recall:
                 if after:
                     best, tokens = length, after
         return best, tokens
+
+    def evidence(self, n: int) -> int:
+        """How much of a match of ``n`` says that the output goes on as the stored text
+        did. An answer depends on its whole prompt, not on the prompt's last words: a
+        request that ends like an earlier one ("... Output the whole file.", then the
+        chat template) matches it for tens of tokens and then writes another answer (on
+        the agent trace, 64-token drafts of the earlier answer kept 2). So only the part
+        of a match within the output counts, unless the match covers all the prompt it
+        started on (the same request sent again)."""
+        return n if n >= self.written + self.context else min(n, self.written)
