@@ -59,7 +59,9 @@ def best_draft_max(records: list[RunRecord]) -> dict[str, int]:
 
 def against_llama(records: list[RunRecord]) -> dict[str, dict[str, object]]:
     """Per prompt: localspec's n-gram ratio against the best of llama-server's n-gram
-    modes (each a ratio to its own plain run), when both were measured."""
+    modes (each a ratio to its own plain run), when both were measured. Where neither
+    side drafted a token, both ran plain and the ratio is the machine's noise (the best
+    of two plain-against-plain medians favours llama-server): ``neither_drafted``."""
     out: dict[str, dict[str, object]] = {}
     for prompt in dict.fromkeys(r.prompt for r in records):
         ours = [r for r in records if r.prompt == prompt and r.mode == "ngram"]
@@ -68,7 +70,8 @@ def against_llama(records: list[RunRecord]) -> dict[str, dict[str, object]]:
             best = max(theirs, key=lambda r: r.ratio)
             out[prompt] = {"localspec_ngram": round(ours[0].ratio, 3), "llama_best": best.mode.split(" ", 1)[1],
                            "llama_best_ratio": round(best.ratio, 3),
-                           "ahead": round(ours[0].ratio / best.ratio, 3) if best.ratio else None}
+                           "ahead": round(ours[0].ratio / best.ratio, 3) if best.ratio else None,
+                           "neither_drafted": ours[0].drafted == 0 and all(r.drafted == 0 for r in theirs)}
     return out
 
 

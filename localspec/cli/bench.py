@@ -213,7 +213,8 @@ def bench(
         terminal.note(f"{key}: mean {sm['mean_ratio']:.2f}x, min {sm['min_ratio']:.2f}x, max {sm['max_ratio']:.2f}x")
     for prompt, row in report.against_llama(records).items():
         terminal.note(f"{prompt}: localspec n-gram {row['localspec_ngram']:.2f}x, llama-server {row['llama_best']} "
-                      f"{row['llama_best_ratio']:.2f}x: {row['ahead']:.2f} times its best")
+                      f"{row['llama_best_ratio']:.2f}x: {row['ahead']:.2f} times its best"
+                      + (" (neither drafted: both ran plain)" if row["neither_drafted"] else ""))
     if sweep_values:
         for mode, dm in report.best_draft_max(records).items():
             terminal.note(f"best --draft-max for {mode}: {dm}")

@@ -177,6 +177,7 @@ def test_bench_beside_llama_server(tiny_model: Path, tmp_path: Path):
     row = data["against_llama_server"]["code-edit-1"]
     assert row["llama_best"] == "ngram-mod" and row["llama_best_ratio"] == 1.5
     assert row["ahead"] == pytest.approx(row["localspec_ngram"] / 1.5, abs=0.002)  # (each rounded to 3 places)
+    assert row["neither_drafted"] is False and "neither drafted" not in res.stderr
     assert "llama-server ngram-mod" in res.stderr and "times its best" in res.stderr
 
 
