@@ -99,3 +99,21 @@ def test_only_the_part_of_a_match_within_the_output_is_evidence_unless_the_whole
     assert n == 9 and again.evidence(n) == 9
     again.extend(answer[:3])
     assert again.evidence(again.propose(4)[0]) == 12
+
+
+def test_the_stored_answer_the_output_copies_is_followed_through_an_edit():
+    """A retry writes a word of its own in the earlier answer it copies: four tokens of
+    what came just after, and it is followed on from there, on all it followed before;
+    where it goes on writing its own text, the place is given up."""
+    store = Store()
+    prompt, answer = [1, 2, 3, 4, 5], list(range(100, 200))
+    store.add("k", prompt + answer)
+    recall = store.recall("k", [9, 9] + prompt)  # the same task with a note before it
+    recall.extend(answer[:30])
+    assert recall.draft(5) == (30, answer[30:35])
+    recall.extend([999] + answer[31:35])  # answer[30] replaced by a word of its own
+    assert recall.propose(5)[0] == 4  # the longest match starts again after the edit
+    assert recall.draft(5) == (30, answer[35:40])  # the copy goes on, on the 30 tokens it followed before
+    recall.extend([998] + list(range(500, 540)))  # it parts and writes on
+    assert recall.follow is None and recall.parted is None
+    assert recall.draft(5)[0] < 8  # nothing long enough to draft on

@@ -350,8 +350,7 @@ class SpecPolicy:
         n_own, own_tokens, own_start = spec.copy.propose(room) if spec.copy is not None else (0, [], -1)
         own = n_own >= TUNING.long_match and own_tokens
         if spec.recall is not None:  # an earlier request's text: where the request's own copy does not know better
-            n, recalled = spec.recall.propose(room)
-            n = spec.recall.evidence(n)
+            n, recalled = spec.recall.draft(room)
             if n >= TUNING.store_min_match and recalled:
                 stored = spec.stored_part(recalled, own_tokens, n >= n_own) if own else recalled if n > n_own else []
                 if stored:

@@ -117,6 +117,10 @@ class SuffixIndex:
             return nxt[state][token], length + 1
         return 0, 0
 
+    def after_position(self, state: int) -> int:
+        """Where the tokens after the first occurrence of ``state``'s strings start."""
+        return self._first_end[state] + 1
+
     def after(self, state: int, k: int) -> list[int]:
         """Up to ``k`` tokens that follow the first occurrence of ``state``'s strings."""
         start = self._first_end[state] + 1
