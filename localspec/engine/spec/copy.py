@@ -176,13 +176,24 @@ class CopyTracker:
         value = tuple(tokens[out : end - RESYNC])
         if end - RESYNC < out or len(value) > VALUE_MAX:
             return
-        for skip in range(KEY_MAX + 1):
-            if tokens[src + skip : src + skip + RESYNC] == tail and src + skip + RESYNC <= out:
-                key = tuple(tokens[src : src + skip])
-                if key and key != value:
-                    edits = self.edits.setdefault(key[0], [])
-                    if (key, value) not in edits:
-                        edits.append((key, value))
-                self.copy = Copy(src + skip + RESYNC, RESYNC)
-                self.broke = None
-                return
+        skip = resync(tokens, src, tail, out)
+        if skip is None:
+            return
+        key = tuple(tokens[src : src + skip])
+        if key and key != value:
+            edits = self.edits.setdefault(key[0], [])
+            if (key, value) not in edits:
+                edits.append((key, value))
+        self.copy = Copy(src + skip + RESYNC, RESYNC)
+        self.broke = None
+
+
+def resync(source: list[int], at: int, tail: list[int], end: int | None = None) -> int | None:
+    """How many source tokens from ``at`` (at most KEY_MAX) an edit skipped, where the
+    source just past them is ``tail`` (the RESYNC tokens written since) and ends by
+    ``end``; None where it is not there: the copy does not go on."""
+    for skip in range(KEY_MAX + 1):
+        stop = at + skip + RESYNC
+        if source[at + skip : stop] == tail and (end is None or stop <= end):
+            return skip
+    return None

@@ -18,6 +18,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from localspec.engine.spec.copy import GIVE_UP, RESYNC, resync
 from localspec.engine.spec.suffix import SuffixIndex
 
 STORE_TOKENS = 32768  # tokens kept per key: a 1.5B model's automaton of that is ~40 MB of Python objects
@@ -25,9 +26,6 @@ MAX_TEXTS = 64  # texts kept per key (each costs a dict step per token of every 
 MIN_TEXT = 16  # shorter texts are not worth a lookup
 CONTEXT = 256  # prompt tokens a new request matches from (a match is never longer than it needs)
 FOLLOW_MIN = 8  # output tokens matching a stored text before the output is taken to follow it
-RESYNC = 4  # tokens an output must write of the text just past where it parted, to follow it again
-KEY_MAX = 8  # the text's tokens an edit may skip
-GIVE_UP = 32  # tokens after parting past which it is not an edit
 
 
 class Store:
@@ -151,13 +149,13 @@ class Recall:
             if self.written - when > GIVE_UP:
                 self.parted = None
             elif self.written - when >= RESYNC:
-                tokens, recent = self.texts[t].tokens, list(self.recent)
-                for skip in range(KEY_MAX + 1):
-                    if tokens[at + skip : at + skip + RESYNC] == recent:
-                        self.follow, self.parted = (t, at + skip + RESYNC, run), None
-                        return
+                skip = resync(self.texts[t].tokens, at, list(self.recent))
+                if skip is not None:  # the same rule as the request's own copy (copy.py)
+                    self.follow, self.parted = (t, at + skip + RESYNC, run), None
+                    return
         if self.follow is None:  # the longest match, once long enough, is the text followed
             best = max(range(len(self.texts)), key=lambda i: self.states[i][1])
             state, length = self.states[best]
-            if self.evidence(length) >= FOLLOW_MIN:
-                self.follow = (best, self.texts[best].after_position(state), self.evidence(length))
+            evidence = self.evidence(length)
+            if evidence >= FOLLOW_MIN:
+                self.follow = (best, self.texts[best].after_position(state), evidence)
