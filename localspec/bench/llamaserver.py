@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.bench.report import RunRecord
+from localspec.bench.report import RunRecord, first_difference
 from localspec.bench.suite import BenchPrompt
 from localspec.errors import LocalspecError
 
@@ -138,18 +138,14 @@ def run(bin_dir: Path, model: Path, prompts: list[BenchPrompt], *, max_tokens: i
             got = answers[config][p.name]
             ratios = [a.tokens_per_s / b.tokens_per_s for a, b in zip(got, plain) if b.tokens_per_s]
             last = got[-1]
+            parts = None if last.text == plain[-1].text else first_difference(last.text, plain[-1].text)
             rec = RunRecord(p.name, p.kind, f"llama-server {config}", None, last.tokens,
                             statistics.median(a.tokens_per_s for a in got), statistics.median(ratios) if ratios else 0.0,
                             "llama-server", last.drafted, last.accepted,
                             last.accepted / last.drafted if last.drafted else 0.0, 0.0, {},
-                            last.text == plain[-1].text, None if last.text == plain[-1].text else _first_difference(
-                                last.text, plain[-1].text), ratios=[round(x, 4) for x in ratios])
+                            parts is None, parts, parts, ratios=[round(x, 4) for x in ratios])
             records.append(rec)
             if on_record:
                 on_record(rec)
     return records
 
-
-def _first_difference(a: str, b: str) -> int:
-    """Where two texts part (in characters: llama-server's tokens are not returned)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

@@ -22,10 +22,18 @@ class RunRecord:
     mean_accepted_per_step: float = 0.0
     draft_lengths: dict[int, int] = field(default_factory=dict)
     identical: bool = True
-    first_difference: int | None = None
+    first_difference: int | None = None  # the first token that differs from plain's (llama-server: character)
+    # The first character that differs from plain's text: llama-server's runs are compared
+    # by text, so where both sides part from plain is told in characters.
+    first_difference_char: int | None = None
     plain_margin: float | None = None  # plain run's top-2 logit gap at the first difference
     llama_cpp_tokens_per_s: float | None = None  # raw llama.cpp on the same prompt (plain rows)
     ratios: list[float] = field(default_factory=list)  # one per round (--repeat)
+
+
+def first_difference(a: str, b: str) -> int:
+    """Where two texts part, in characters (llama-server's tokens are not returned)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def summary(records: list[RunRecord]) -> dict[str, dict[str, float]]:
@@ -61,7 +69,10 @@ def against_llama(records: list[RunRecord]) -> dict[str, dict[str, object]]:
     """Per prompt: localspec's n-gram ratio against the best of llama-server's n-gram
     modes (each a ratio to its own plain run), when both were measured. Where neither
     side drafted a token, both ran plain and the ratio is the machine's noise (the best
-    of two plain-against-plain medians favours llama-server): ``neither_drafted``."""
+    of two plain-against-plain medians favours llama-server): ``neither_drafted``. Where
+    a text parts from its plain run's, the character it parts at (``parts_at``,
+    ``llama_parts_at`` by mode): llama.cpp's own speculation parting at the same place
+    shows that its batch kernels move the choice there, not localspec's verification."""
     out: dict[str, dict[str, object]] = {}
     for prompt in dict.fromkeys(r.prompt for r in records):
         ours = [r for r in records if r.prompt == prompt and r.mode == "ngram"]
@@ -71,7 +82,10 @@ def against_llama(records: list[RunRecord]) -> dict[str, dict[str, object]]:
             out[prompt] = {"localspec_ngram": round(ours[0].ratio, 3), "llama_best": best.mode.split(" ", 1)[1],
                            "llama_best_ratio": round(best.ratio, 3),
                            "ahead": round(ours[0].ratio / best.ratio, 3) if best.ratio else None,
-                           "neither_drafted": ours[0].drafted == 0 and all(r.drafted == 0 for r in theirs)}
+                           "neither_drafted": ours[0].drafted == 0 and all(r.drafted == 0 for r in theirs),
+                           "parts_at": ours[0].first_difference_char,
+                           "llama_parts_at": {r.mode.split(" ", 1)[1]: r.first_difference_char for r in theirs
+                                              if not r.identical}}
     return out
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from localspec.bench.report import RunRecord
+from localspec.bench.report import RunRecord, first_difference
 from localspec.bench.suite import BenchPrompt
 from localspec.engine import Engine
 from localspec.types import Constraint, Message, Request, SamplingParams, SpecConfig
@@ -80,6 +80,7 @@ def run(
     _generate(engine, warm_up, max_tokens, plain_spec, constraint)
     for prompt in prompts:
         plain: list[int] = []
+        plain_text = ""
         plain_rates: list[float] = []
         runs: dict[tuple[str, int], list[tuple[list[int], Any]]] = {v: [] for v in variants}
         for r in range(max(1, repeat)):
@@ -87,7 +88,7 @@ def run(
             for variant in order:
                 if variant is None:
                     ids, res = _generate(engine, prompt, max_tokens, plain_spec, constraint)
-                    plain = plain or ids
+                    plain, plain_text = plain or ids, plain_text or res.text
                     plain_rates.append(res.timings.decode_tokens_per_s)
                 else:
                     spec = replace(base, mode=variant[0], draft_max=variant[1])
@@ -122,6 +123,8 @@ def run(
                 diff,
                 ratios=[round(x, 4) for x in ratios],
             )
+            if diff is not None:
+                rec.first_difference_char = first_difference(res.text, plain_text)
             if diff is not None and (diff < len(plain) or len(ids) > len(plain)):  # plain ended first: its EOS
                 rec.plain_margin = _margin_at(engine, prompt, plain, diff, constraint)
             records.append(rec)

@@ -79,6 +79,13 @@ def _table(records, model: str) -> Table:
     return table
 
 
+def _parting(row: dict) -> str:
+    """Where the texts part from their plain runs', when either does (in characters)."""
+    places = ([f"localspec at char {row['parts_at']}"] if row["parts_at"] is not None else []) + [
+        f"llama-server {mode} at char {at}" for mode, at in row["llama_parts_at"].items()]
+    return f"; texts part from plain: {', '.join(places)}" if places else ""
+
+
 def _progress(r) -> None:
     line = f"  {r.prompt:<14} {r.mode:<6} {r.decode_tokens_per_s:6.1f} tok/s  {r.ratio:.2f}x"
     if r.llama_cpp_tokens_per_s:
@@ -214,7 +221,7 @@ def bench(
     for prompt, row in report.against_llama(records).items():
         terminal.note(f"{prompt}: localspec n-gram {row['localspec_ngram']:.2f}x, llama-server {row['llama_best']} "
                       f"{row['llama_best_ratio']:.2f}x: {row['ahead']:.2f} times its best"
-                      + (" (neither drafted: both ran plain)" if row["neither_drafted"] else ""))
+                      + (" (neither drafted: both ran plain)" if row["neither_drafted"] else "") + _parting(row))
     if sweep_values:
         for mode, dm in report.best_draft_max(records).items():
             terminal.note(f"best --draft-max for {mode}: {dm}")
