@@ -419,6 +419,30 @@ def _deep_in_a_copy(policy: SpecPolicy) -> SlotView:
                     sampler=Sampler(SamplingParams(temperature=0.0)))
 
 
+def test_a_run_of_short_matches_is_no_copy_and_is_not_drafted_on_as_one():
+    """The run's depth is the longest match's behind the text's end: 40 tokens that
+    followed proposals one short match after another, then a one-token match, are a chain
+    of coincidences; where a copy of 40 tokens would draft long, this drafts nothing."""
+    deep = _deep_in_a_copy(SpecPolicy(None))
+    assert deep.state.run_depth() == 40
+    assert len(SpecPolicy(None, costs=costs_from(STEEP)).propose([deep], 1)[0].tokens) >= 15
+    policy = SpecPolicy(None, costs=costs_from(STEEP))
+    source = list(range(100, 300))
+    spec = policy.start(source, SpecConfig(mode="ngram"))
+    written = list(range(900, 940)) + [source[10]]  # its own text, then one token of the prompt
+    for token in written:
+        spec.emitted(token)
+    for _ in range(3):  # the same evidence as deep in the copy above
+        spec.accept_ngram.update(0, 5, 5, 4)
+        for run in range(5, 120, 15):
+            spec.accept_ngram.update(run, 15, 15, 4)
+    spec.kept_in_a_row = 40
+    assert spec.run_depth() == 1
+    view = SlotView(seq=0, tokens=source + written[:-1], pending=written[-1], room=1000, state=spec,
+                    sampler=Sampler(SamplingParams(temperature=0.0)))
+    assert 0 not in policy.propose([view], 1)
+
+
 @pytest.mark.parametrize("table,alone_at_least,shared_at_most", [(STEEP, 15, 0), (FLAT, 15, 12)])
 def test_in_a_shared_batch_a_draft_must_pay_for_the_whole_step(table, alone_at_least, shared_at_most):
     """Alone, a request deep in a copy drafts long on both machines. Beside three other
