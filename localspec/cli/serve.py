@@ -65,9 +65,11 @@ def serve(
                                           autocompletion=complete_model),
     host: str = typer.Option("127.0.0.1", "--host", envvar="LOCALSPEC_HOST", help="Address to listen on."),
     port: int = typer.Option(8080, "--port", envvar="LOCALSPEC_PORT", min=0, max=65535, help="Port to listen on."),
-    api_key: Optional[str] = typer.Option(
-        None, "--api-key", envvar="LOCALSPEC_API_KEY",
-        help="Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health."),
+    api_key: list[str] = typer.Option(
+        [], "--api-key", envvar="LOCALSPEC_API_KEY",
+        help="Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health. Repeatable "
+             "(the variable: keys separated by spaces): each key's requests then draft only from that key's "
+             "earlier requests (--store-tokens)."),
     alias: Optional[str] = typer.Option(None, "--alias", help="The model's name in the API. Default: the profile or file name."),
     max_queue: int = typer.Option(64, "--max-queue", min=0, help="Requests that may wait for a slot; past that, 429."),
     cors_origin: list[str] = typer.Option([], "--cors-origin", help="Allow browser pages from ORIGIN (repeatable). Default: none."),
@@ -117,11 +119,11 @@ def serve(
     quiet_hub_logs(verbose)
     names = _names(s.profile, s.model)
     config = ServerConfig(
-        host=host, port=port, api_key=api_key or None, alias=alias or names[0],
+        host=host, port=port, api_keys=tuple(dict.fromkeys(k for k in api_key if k)), alias=alias or names[0],
         names=names, max_queue=max_queue, cors_origins=tuple(cors_origin), sampling=s.sampling(),
         max_tokens=s.max_tokens, reasoning_format=reasoning_format.value, store_tokens=store_tokens,
     )
-    if not auth.is_loopback(host) and not api_key:
+    if not auth.is_loopback(host) and not config.api_keys:
         terminal.note(f"warning: listening on {host} without --api-key: anyone who can reach this port can use it")
     state = ServerState()
     app = create_app(config, state)

@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request as HTTPRequest
@@ -40,7 +40,9 @@ ROUTES = ("/health", "/v1/models", "/slots", "/metrics", "/v1/chat/completions",
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
-    api_key: str | None = None
+    # Keys any of which a request must send (none: open). With several, each key's requests
+    # draft only from that key's earlier requests (the engine's store, Request.store_key).
+    api_keys: tuple[str, ...] = ()
     alias: str | None = None  # the model's name in /v1/models and in "model" fields
     names: tuple[str, ...] = ()  # other names a request may use for the model
     max_queue: int = 64
@@ -175,7 +177,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         engine = _ready(body)
         request = anthropic.to_request(body, config.sampling, engine.spec, engine.model.n_vocab)
         param = "grammar" if body.grammar is not None else "tools"
-        streams = await _start(engine, request, 1, chat=True, grammar_param=param)
+        streams = await _start(http, engine, request, 1, chat=True, grammar_param=param)
         parsers = [_parser(engine, request, streams[0])]
         mid = anthropic.new_id()
         if body.stream:
@@ -195,7 +197,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         engine = _ready(body)
         request = responses.to_request(body, config.sampling, engine.spec, engine.model.n_vocab, config.max_tokens)
         grammar_param = "grammar" if body.grammar is not None else "text.format" if request.constraint else "tools"
-        streams = await _start(engine, request, 1, chat=True, grammar_param=grammar_param)
+        streams = await _start(http, engine, request, 1, chat=True, grammar_param=grammar_param)
         parsers = [_parser(engine, request, streams[0])]
         rid = responses.new_id("resp")
         if body.stream:
@@ -269,8 +271,11 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             _cancel(streams)
             _finished(streams)
 
-    async def _start(engine: Any, request: Request, n: int, *, chat: bool, grammar_param: str) -> list[Any]:
-        """Admit and submit a request's ``n`` choices, or answer 4xx/503 naming the field."""
+    async def _start(http: HTTPRequest, engine: Any, request: Request, n: int, *, chat: bool,
+                     grammar_param: str) -> list[Any]:
+        """Admit and submit a request's ``n`` choices, or answer 4xx/503 naming the field;
+        with several API keys, its drafts come only from its own key's earlier requests."""
+        request = replace(request, store_key=getattr(http.state, "store_key", ""))
         slots = len(engine.slot_states())
         if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
             raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
@@ -308,7 +313,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         slots = len(engine.slot_states())
         if not 1 <= n <= slots:
             raise APIError(400, f"Invalid 'n': must be from 1 to {slots} (the server's slots), not {n}.", "n")
-        streams = await _start(engine, request, n, chat=chat,
+        streams = await _start(http, engine, request, n, chat=chat,
                                grammar_param="grammar" if body.grammar is not None else "response_format")
         rid = openai.new_id("chatcmpl" if chat else "cmpl")
         formatter = openai.LogprobFormatter(engine.model.token_to_piece)
@@ -562,7 +567,7 @@ class Guard:
             await send(message)
 
         try:
-            error = self._refuse(path, headers)
+            error = self._refuse(scope, path, headers)
             if error is not None:
                 await error_response(path, error)(scope, receive, record)
             else:
@@ -572,11 +577,15 @@ class Guard:
             self.metrics.requests.labels("/v1/models" if path.startswith("/v1/models/") else route,
                                          str(status[0])).inc()
 
-    def _refuse(self, path: str, headers: dict[str, str]) -> APIError | None:
+    def _refuse(self, scope: dict, path: str, headers: dict[str, str]) -> APIError | None:
         if self.check_host and not auth.host_allowed(headers.get("host")):
             return APIError(403, "The Host header must name this machine (localhost, 127.0.0.1 or [::1]).")
-        key = self.config.api_key
-        if key and path != "/health" and not auth.key_matches(key, headers.get("authorization"), headers.get("x-api-key")):
-            return APIError(401, "A valid API key is required: send 'Authorization: Bearer KEY'.",
-                            code="invalid_api_key")
+        keys = self.config.api_keys
+        if keys and path != "/health":
+            key = auth.matching_key(keys, headers.get("authorization"), headers.get("x-api-key"))
+            if key is None:
+                return APIError(401, "A valid API key is required: send 'Authorization: Bearer KEY'.",
+                                code="invalid_api_key")
+            if len(keys) > 1:  # read by the routes as http.state.store_key
+                scope.setdefault("state", {})["store_key"] = auth.key_id(key)
         return None

@@ -4,6 +4,7 @@ reaches 127.0.0.1 under a foreign name)."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 
@@ -33,9 +34,25 @@ def host_allowed(header: str | None) -> bool:
 
 def key_matches(expected: str, authorization: str | None, x_api_key: str | None) -> bool:
     """``Authorization: Bearer KEY`` or ``x-api-key: KEY``."""
+    return matching_key((expected,), authorization, x_api_key) is not None
+
+
+def matching_key(keys: tuple[str, ...], authorization: str | None, x_api_key: str | None) -> str | None:
+    """Which of ``keys`` the request sends (``Authorization: Bearer KEY`` or ``x-api-key:
+    KEY``), each compared in constant time; None for none."""
     given = ""
     if authorization and authorization[:7].lower() == "bearer ":
         given = authorization[7:].strip()
     elif x_api_key:
         given = x_api_key.strip()
-    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+    found = None
+    for key in keys:  # every key compared: the time does not tell which one matched
+        if given and hmac.compare_digest(given.encode(), key.encode()):
+            found = key
+    return found
+
+
+def key_id(key: str) -> str:
+    """A stable name for an API key that does not reveal it: whose earlier requests a
+    request may draft from (the engine's store is kept per key)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]

@@ -284,6 +284,32 @@ def test_an_api_key_guards_every_route_but_health(tiny_model: Path):
         assert srv.stop() == 0
 
 
+def test_with_several_api_keys_each_drafts_only_from_its_own_earlier_requests(tiny_model: Path):
+    """Two keys (the variable's space-separated list; --api-key may also be repeated): both
+    are let in, and the store of earlier requests' texts is kept per key: an answer given to one key is
+    drafted for that key's repeat, not for the other key's same question."""
+    srv = Server(tiny_model, "--ctx-size", "256", "--slots", "1", "--alias", "tiny",
+                 env={"LOCALSPEC_API_KEY": "alpha beta"})
+    try:
+        srv.wait_ready()
+
+        def ask(key: str) -> tuple[str, int]:
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "the key test: tell a long story"}],
+                    "max_tokens": 48, "temperature": 0, "speculative": {"mode": "ngram"}}
+            status, out = srv.post("/v1/chat/completions", body, headers={"Authorization": f"Bearer {key}"})
+            assert status == 200, out
+            return out["choices"][0]["message"]["content"], out["speculative"]["accepted"]
+
+        assert srv.post("/v1/chat/completions", {"messages": MSG}, headers={"x-api-key": "delta"})[0] == 401
+        first, kept_first = ask("alpha")
+        other, kept_other = ask("beta")  # the same question, another key: nothing of alpha's to draft
+        again, kept_again = ask("alpha")
+        assert first == other == again  # f32: drafts change nothing
+        assert kept_first < 20 and kept_other < 20 and kept_again >= 40
+    finally:
+        assert srv.stop() == 0
+
+
 def test_a_full_queue_answers_429_with_retry_after(tiny_model: Path):
     srv = Server(tiny_model, "--ctx-size", "2048", "--slots", "1", "--max-queue", "0")
     try:

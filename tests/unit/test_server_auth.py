@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localspec.server.auth import host_allowed, is_loopback, key_matches
+from localspec.server.auth import host_allowed, is_loopback, key_id, key_matches, matching_key
 
 
 @pytest.mark.parametrize("host", ["localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:1", "[::1]", "[::1]:8080",
@@ -28,3 +28,11 @@ def test_api_keys_by_bearer_or_header():
     assert key_matches("k", "Bearer k", None) and key_matches("k", "bearer  k ", None) and key_matches("k", None, "k")
     assert not key_matches("k", "Bearer x", None) and not key_matches("k", None, None)
     assert not key_matches("k", "Basic k", None) and not key_matches("k", "Bearer ", None)
+
+
+def test_the_key_a_request_sends_is_told_among_several():
+    keys = ("alpha", "beta")
+    assert matching_key(keys, "Bearer beta", None) == "beta" and matching_key(keys, None, "alpha") == "alpha"
+    assert matching_key(keys, "Bearer gamma", None) is None and matching_key(keys, None, None) is None
+    assert matching_key((), "Bearer alpha", None) is None
+    assert key_id("alpha") == key_id("alpha") != key_id("beta") and "alpha" not in key_id("alpha")
