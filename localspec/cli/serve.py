@@ -66,7 +66,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", envvar="LOCALSPEC_HOST", help="Address to listen on."),
     port: int = typer.Option(8080, "--port", envvar="LOCALSPEC_PORT", min=0, max=65535, help="Port to listen on."),
     api_key: list[str] = typer.Option(
-        [], "--api-key", envvar="LOCALSPEC_API_KEY",
+        [], "--api-key", envvar="LOCALSPEC_API_KEY", metavar="KEY",
         help="Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health. Repeatable "
              "(the variable: keys separated by spaces): each key's requests then draft only from that key's "
              "earlier requests (--store-tokens)."),

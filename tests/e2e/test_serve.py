@@ -282,6 +282,12 @@ def test_an_api_key_guards_every_route_but_health(tiny_model: Path):
         assert [m.id for m in srv.client(api_key="sekret").models.list().data] == ["tiny"]
     finally:
         assert srv.stop() == 0
+    srv = Server(tiny_model, "--ctx-size", "128", "--slots", "1", "--api-key", "one", "--api-key", "two")
+    try:  # repeated: either key is let in
+        srv.wait_ready()
+        assert [srv.get("/v1/models", headers={"x-api-key": k})[0] for k in ("one", "two", "three")] == [200, 200, 401]
+    finally:
+        assert srv.stop() == 0
 
 
 def test_with_several_api_keys_each_drafts_only_from_its_own_earlier_requests(tiny_model: Path):
