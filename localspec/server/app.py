@@ -567,7 +567,7 @@ class Guard:
             await send(message)
 
         try:
-            error = self._refuse(scope, path, headers)
+            error = self._admit(scope, path, headers)
             if error is not None:
                 await error_response(path, error)(scope, receive, record)
             else:
@@ -577,7 +577,9 @@ class Guard:
             self.metrics.requests.labels("/v1/models" if path.startswith("/v1/models/") else route,
                                          str(status[0])).inc()
 
-    def _refuse(self, scope: dict, path: str, headers: dict[str, str]) -> APIError | None:
+    def _admit(self, scope: dict, path: str, headers: dict[str, str]) -> APIError | None:
+        """The error a request is refused with, or None: it is let in, and with several
+        API keys its key names the store it drafts from (``scope["state"]``)."""
         if self.check_host and not auth.host_allowed(headers.get("host")):
             return APIError(403, "The Host header must name this machine (localhost, 127.0.0.1 or [::1]).")
         keys = self.config.api_keys

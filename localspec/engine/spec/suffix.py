@@ -123,5 +123,5 @@ class SuffixIndex:
 
     def after(self, state: int, k: int) -> list[int]:
         """Up to ``k`` tokens that follow the first occurrence of ``state``'s strings."""
-        start = self._first_end[state] + 1
+        start = self.after_position(state)
         return self.tokens[start : start + k]
