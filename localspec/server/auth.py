@@ -32,11 +32,6 @@ def host_allowed(header: str | None) -> bool:
     return name in LOCAL_NAMES
 
 
-def key_matches(expected: str, authorization: str | None, x_api_key: str | None) -> bool:
-    """``Authorization: Bearer KEY`` or ``x-api-key: KEY``."""
-    return matching_key((expected,), authorization, x_api_key) is not None
-
-
 def matching_key(keys: tuple[str, ...], authorization: str | None, x_api_key: str | None) -> str | None:
     """Which of ``keys`` the request sends (``Authorization: Bearer KEY`` or ``x-api-key:
     KEY``), each compared in constant time; None for none."""
