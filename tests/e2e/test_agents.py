@@ -150,7 +150,7 @@ def test_the_responses_api(server: Server):
                                 text={"format": {"type": "json_schema", "name": "person", "schema": person}})
     jsonschema.validate(json.loads(shaped.output_text), person)
 
-    short = c.responses.create(model="qwen", input="Count from one to fifty in words.", max_output_tokens=5)
+    short = c.responses.create(model="qwen", input="Count from one to fifty in words.", temperature=0, max_output_tokens=5)
     assert short.status == "incomplete" and short.incomplete_details.reason == "max_output_tokens"
     with pytest.raises(openai.BadRequestError) as stateful:
         c.responses.create(model="qwen", input="hi", previous_response_id="resp_123")
