@@ -86,7 +86,7 @@ def test_a_hostile_prompt_of_many_hunks_costs_little():
     text = "\n" * 20000 + "".join("@@ -1,2 +1,1 @@\n \n-x\n" for _ in range(5000))
     t0 = time.perf_counter()
     assert patched(text) == []
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 8.0  # without the budget it would make ~10**8 comparisons
 
 
 AGENT = Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"  # scripts/agent_prompts.jsonl
