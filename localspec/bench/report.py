@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -89,6 +90,29 @@ def against_llama(records: list[RunRecord]) -> dict[str, dict[str, object]]:
     return out
 
 
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else 0.0
+
+
+def by_kind(records: list[RunRecord]) -> dict[str, dict[str, float]]:
+    """Per kind of prompt (a suite's category), the geometric mean of each mode's ratio to
+    plain over the kind's prompts (llama-server's modes each to its own plain run), and
+    how many prompts it has."""
+    kinds: dict[str, dict[str, list[float]]] = {}
+    lengths: dict[str, set] = {}
+    for r in records:
+        lengths.setdefault(r.mode, set()).add(r.draft_max)
+    swept = {mode for mode, v in lengths.items() if len(v) > 1}  # --sweep: one key per draft_max
+    for r in records:
+        if r.mode in ("off", "llama-server plain"):
+            continue
+        key = f"{r.mode}@{r.draft_max}" if r.mode in swept else r.mode
+        kinds.setdefault(r.kind, {}).setdefault(key, []).append(r.ratio)
+    return {kind: {**{mode: round(geometric_mean(v), 3) for mode, v in modes.items()},
+                   "prompts": max(len(v) for v in modes.values())}
+            for kind, modes in kinds.items()}
+
+
 def to_json(records: list[RunRecord], **meta: object) -> dict:
     return {
         **meta,
@@ -102,4 +126,5 @@ def to_json(records: list[RunRecord], **meta: object) -> dict:
         "summary": summary(records),
         "best_draft_max": best_draft_max(records),
         "against_llama_server": against_llama(records),
+        "by_kind": by_kind(records),
     }

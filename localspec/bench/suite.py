@@ -1,4 +1,14 @@
-"""The benchmark's prompts: a suite shipped as data (``prompts.jsonl``), or the user's."""
+"""The benchmark's prompts: suites shipped as data, or the user's.
+
+``builtin`` (prompts.jsonl): code generation, code edits that repeat their input, a chat
+answer, a summary; ``agent`` (agent.jsonl): what coding agents send (edits, diffs, document
+questions, a fix loop); ``specbench`` (specbench.jsonl): a fixed sample of the public
+Spec-Bench question set (hemingkx/Spec-Bench, data/spec_bench/question.jsonl at commit
+fd2c1cd, Apache-2.0, SPEC-BENCH-LICENSE): the first turns of questions 0, 20, 40 and 60
+of each of its six categories, ids 81-541; ``edits`` (edits.jsonl): code edits whose
+answers change one line in every few (type hints, docstrings, a rename, logging), written
+for the bound on loss and shared with no other suite.
+"""
 
 from __future__ import annotations
 
@@ -50,7 +60,27 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
     return _parse(lines, str(path))
 
 
+SUITES = {"builtin": "prompts.jsonl", "agent": "agent.jsonl", "specbench": "specbench.jsonl", "edits": "edits.jsonl"}
+
+
+def suite(name: str) -> list[BenchPrompt]:
+    """One of the shipped suites (``SUITES``)."""
+    if name not in SUITES:
+        raise InvalidRequest(f"No suite {name!r}: choose from {', '.join(SUITES)}.")
+    text = resources.files("localspec.bench").joinpath(SUITES[name]).read_text(encoding="utf-8")
+    return _parse(text.splitlines(), f"the {name} suite")
+
+
+def suites(names: str) -> list[BenchPrompt]:
+    """Shipped suites by a comma-separated list of names, ``all`` for every one."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if not wanted:
+        raise InvalidRequest(f"Name a suite: {', '.join(SUITES)} or all.")
+    if "all" in wanted:
+        wanted = list(SUITES)
+    return [p for name in dict.fromkeys(wanted) for p in suite(name)]
+
+
 def builtin_suite() -> list[BenchPrompt]:
     """Code generation, code edits that repeat their input, a chat answer, a summary."""
-    text = resources.files("localspec.bench").joinpath("prompts.jsonl").read_text(encoding="utf-8")
-    return _parse(text.splitlines(), "the built-in suite")
+    return suite("builtin")

@@ -106,7 +106,10 @@ def bench(
         None, "--prompts", help='Your own prompts, JSON Lines: {"name": ..., "kind": ..., "prompt": ...}.',
         dir_okay=False,
     ),
-    only: Optional[str] = typer.Option(None, "--only", help="Run only the built-in prompts whose name or kind contains this."),
+    suite_names: Optional[str] = typer.Option(
+        None, "--suite", help="Shipped suites to run, comma-separated: builtin (the default), agent, specbench "
+        "(a sample of the public Spec-Bench), edits, or all."),
+    only: Optional[str] = typer.Option(None, "--only", help="Run only the prompts whose name or kind contains this."),
     max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="New tokens per run."),
     repeat: int = typer.Option(
         3, "--repeat", "-r", min=1, max=20,
@@ -142,7 +145,7 @@ def bench(
     offline: Offline = False,
 ) -> None:
     from localspec.bench import report, runner
-    from localspec.bench.suite import builtin_suite, load_prompts
+    from localspec.bench.suite import load_prompts, suites
     from localspec.cli._models import download_bars, quiet_hub_logs
     from localspec.engine import backend
     from localspec.loader import open_engine
@@ -170,7 +173,9 @@ def bench(
         from localspec.bench.llamaserver import binary
 
         binary(vs_llama_server)  # before minutes of localspec's runs
-    prompts = load_prompts(prompts_file) if prompts_file else builtin_suite()
+    if prompts_file and suite_names:
+        raise typer.BadParameter("give either --prompts or --suite, not both", param_hint="--suite")
+    prompts = load_prompts(prompts_file) if prompts_file else suites(suite_names or "builtin")
     if only:
         prompts = [p for p in prompts if only in p.name or only in p.kind]
         if not prompts:
@@ -222,6 +227,11 @@ def bench(
         terminal.note(f"{prompt}: localspec n-gram {row['localspec_ngram']:.2f}x, llama-server {row['llama_best']} "
                       f"{row['llama_best_ratio']:.2f}x: {row['ahead']:.2f} times its best"
                       + (" (neither drafted: both ran plain)" if row["neither_drafted"] else "") + _parting(row))
+    kinds = report.by_kind(records)
+    if len(kinds) > 1 or vs_llama_server is not None:
+        for kind, geo in kinds.items():
+            terminal.note(f"{kind} ({geo['prompts']} prompts), geometric mean: "
+                          + ", ".join(f"{mode} {ratio:.2f}x" for mode, ratio in geo.items() if mode != "prompts"))
     if sweep_values:
         for mode, dm in report.best_draft_max(records).items():
             terminal.note(f"best --draft-max for {mode}: {dm}")

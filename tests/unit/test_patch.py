@@ -89,7 +89,7 @@ def test_a_hostile_prompt_of_many_hunks_costs_little():
     assert time.perf_counter() - t0 < 8.0  # without the budget it would make ~10**8 comparisons
 
 
-AGENT = Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"  # scripts/agent_prompts.jsonl
+AGENT = Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"  # localspec/bench/agent.jsonl
 STEEP = {1: 45.0, 2: 90.0, 3: 119.0, 4: 146.0, 8: 315.0, 16: 408.0, 32: 672.0, 64: 1038.0}  # a 2-core CPU
 
 

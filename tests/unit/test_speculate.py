@@ -379,7 +379,7 @@ def test_on_recorded_outputs_the_choice_beats_llama_cpps_ngram_rule_and_never_lo
     assert mean(ours) > mean(rule)
 
 
-AGENT = Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"  # scripts/agent_prompts.jsonl
+AGENT = Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-greedy.json"  # localspec/bench/agent.jsonl
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

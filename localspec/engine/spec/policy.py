@@ -20,6 +20,7 @@ from localspec.engine.spec.acceptance import Acceptance, MatchAcceptance, RunAcc
 from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
+from localspec.engine.spec.ledger import Ledger
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.patch import Tokenizer, diff_hints
 from localspec.engine.spec.store import Recall, Store
@@ -108,6 +109,7 @@ class SpecState:
     # still to come (output tokens when it is decided, the store's token, the copy's).
     followed: Literal["store", "own"] | None = None
     race: tuple[int, int, int] | None = None
+    ledger: Ledger = field(default_factory=Ledger)  # its balance against plain: the bound on loss
 
     def run_depth(self) -> int:
         """The run position the short n-gram index's proposals are costed and judged at:
@@ -205,6 +207,7 @@ class SpecState:
     def record(self, proposal: Proposal | None, accepted: int) -> None:
         """After verification: acceptance statistics, the run, the n-gram copy cursor."""
         drafted = len(proposal.tokens) if proposal else 0
+        self.ledger.settle(drafted, accepted)
         self.steps += 1
         self.lengths[drafted] = self.lengths.get(drafted, 0) + 1
         if proposal is None or drafted == 0:
@@ -395,9 +398,9 @@ class SpecPolicy:
         k_min = min(spec.config.draft_min, room)
         if not spec.config.adaptive:
             return self._batch.take(room)
-        k = self._batch.choose(expected, k_min, draft_cost)
+        k = self._batch.choose(expected, k_min, draft_cost, spec.ledger, spec.config.draft_max)
         if k == 0 and probe is not None and probe <= TUNING.probe_catch_up_max and spec.should_probe():
-            k = self._batch.take(max(1, k_min))
+            k = self._batch.bet(max(1, k_min), expected, draft_cost, spec.ledger, spec.config.draft_max)
         return k
 
     def unmeasured(self, capacity: int, draft_max: int) -> list[int]:
@@ -440,7 +443,8 @@ def _picker(sampler: Sampler, p_min: float) -> Pick:
 
 
 def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: float = 0.0,
-             rows: int = 1, others: float = 0.0, max_rows: int | None = None) -> int:
+             rows: int = 1, others: float = 0.0, max_rows: int | None = None,
+             allowed: np.ndarray | None = None) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
     decoding by ``pay_margin``. ``expected[k]`` is the tokens a step yields with k drafts
     (k = 0 up to the longest allowed), ``draft_cost`` the time to draft one token (0 for
@@ -448,16 +452,21 @@ def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: 
     pending token included), ``others`` the tokens the other rows are expected to yield,
     and the batch may grow to ``max_rows``: k drafts are judged by the whole step's
     tokens per second, (others + E(k)) / T(rows + k). Alone (rows 1, others 0) that is
-    E(k) / T(k + 1) against 1 / T(1)."""
+    E(k) / T(k + 1) against 1 / T(1). ``allowed[k]``: whether k may be drafted at all
+    (the bound on loss, ledger.py)."""
     k_max = expected.size - 1
     if max_rows is not None:
         k_max = min(k_max, max_rows - rows)
+    if allowed is not None:
+        k_max = min(k_max, allowed.size - 1)
     k_lo = max(1, k_min)
     if k_max < k_lo:
         return 0
     ks = np.arange(k_lo, k_max + 1)
     t = costs.table(rows + k_max)  # t[b - 1] is T(b)
     rates = (others + expected[ks]) / (t[rows - 1 + ks] + ks * draft_cost)
+    if allowed is not None:
+        rates = np.where(allowed[ks], rates, -np.inf)
     best = int(np.argmax(rates))
     return int(ks[best]) if rates[best] > TUNING.pay_margin * (others + 1.0) / t[rows - 1] else 0
 
@@ -478,10 +487,32 @@ class _Batch:
             table = costs.table(max(generating, capacity))  # never decreasing with the size
             self.max_rows = int(np.searchsorted(table, budget, side="right"))  # the sizes within the budget
 
-    def choose(self, expected: np.ndarray, k_min: int, draft_cost: float) -> int:
+    def choose(self, expected: np.ndarray, k_min: int, draft_cost: float, ledger: Ledger, draft_max: int) -> int:
+        """The k that pays for the step, among those the request's ledger allows."""
+        extra, worth, longest = self._extra(expected.size - 1, draft_cost, draft_max)
         k = choose_k(expected, self.costs, k_min=k_min, draft_cost=draft_cost, rows=self.rows,
-                     others=self.tokens - 1.0, max_rows=self.max_rows)
+                     others=self.tokens - 1.0, max_rows=self.max_rows, allowed=ledger.allows(extra, longest))
+        if k:
+            ledger.place(extra, worth)
         return self.take(k, float(expected[k]) - 1.0) if k else 0
+
+    def bet(self, k: int, expected: np.ndarray, draft_cost: float, ledger: Ledger, draft_max: int) -> int:
+        """A draft of k whatever it is expected to yield (a probe), if the ledger allows it."""
+        extra, worth, longest = self._extra(max(k, expected.size - 1), draft_cost, draft_max)
+        if not ledger.allows(extra, longest)[k]:
+            return 0
+        ledger.place(extra, worth)
+        return self.take(k)
+
+    def _extra(self, k_max: int, draft_cost: float, draft_max: int) -> tuple[np.ndarray, float, float]:
+        """What 0..k_max drafts on top of the rows so far add to the step, in plain steps
+        (T(1)); what a kept token saves (the step of the batch without them); what the
+        longest draft allowed, ``draft_max``, adds."""
+        t = self.costs.table(self.rows + max(k_max, draft_max))
+        ks = np.arange(k_max + 1)
+        extra = (t[self.rows - 1 : self.rows + k_max] - t[self.rows - 1] + ks * draft_cost) / t[0]
+        longest = (t[self.rows - 1 + draft_max] - t[self.rows - 1] + draft_max * draft_cost) / t[0]
+        return extra, float(t[self.rows - 1] / t[0]), float(longest)
 
     def take(self, k: int, gain: float = 0.0) -> int:
         """k drafts go into the batch, expected to yield ``gain`` more tokens."""

@@ -30,6 +30,16 @@ class Tuning:
     # this: a failed guess at k = 16 cost several plain steps on the CPUs here.
     draft_growth_min: int = 4
 
+    # The bound on loss (ledger.py): no draft is placed that, failing whole, would leave
+    # the request more than loss_drafts failed drafts of --draft-max plus loss_share of
+    # its tokens behind plain decoding, by the measured costs (2-core CPU: a failed 64 is
+    # 22 steps; a GPU: under one). Replay of 57 recorded answers (25 of the project's, the
+    # Spec-Bench sample and the edits) on 4 cost shapes: only a docstring edit that kept
+    # failing changed (e-docs-rs 0.87 -> 0.96x plain, steep costs); a fixed 3-15 steps capped
+    # the first long copies and cost up to 20% on diff answers (a-diff-js 2.23 -> 1.77x).
+    loss_drafts: float = 1.0
+    loss_share: float = 0.03
+
     # --- the draft model
     draft_prior: float = 0.9  # acceptance of a same-family draft before evidence
     # A draft phase costs more than its decodes: catch-up of the target's new tokens and
