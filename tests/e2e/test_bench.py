@@ -184,3 +184,36 @@ def test_bench_beside_llama_server(tiny_model: Path, tmp_path: Path):
 def test_bench_without_llama_server_where_it_is_said_is_one_sentence(tiny_model: Path, tmp_path: Path):
     res = runner.invoke(app, ["bench", str(tiny_model), "--vs-llama-server", str(tmp_path)])
     assert res.exit_code == 1 and "No llama-server in" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bench_runs_shipped_suites_and_reports_each_kinds_geometric_mean(tiny_model: Path):
+    res = runner.invoke(app, ["bench", str(tiny_model), "--suite", "specbench,edits", "--only", "translation",
+                              "-n", "4", "-r", "1", "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    names = [r["prompt"] for r in data["runs"] if r["mode"] == "off"]
+    assert names == ["sb-translation-161", "sb-translation-181", "sb-translation-201", "sb-translation-221"]
+    geo = data["by_kind"]["translation"]
+    assert geo["prompts"] == 4 and geo["ngram"] > 0
+    assert "geometric mean" not in res.stderr  # one kind: the summary says it all
+    kinds = runner.invoke(app, ["bench", str(tiny_model), "--suite", "builtin,edits", "--only", "code-", "-n", "4",
+                                "-r", "1"])
+    assert kinds.exit_code == 0, kinds.stderr
+    for line in ("code-editing (2 prompts), geometric mean: ngram", "code-edit-rhythm (8 prompts), geometric mean: ngram"):
+        assert line in kinds.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--suite", "nope"], "No suite 'nope': choose from builtin, agent, specbench, edits."),
+    (["--suite", " , "], "Name a suite: builtin, agent, specbench, edits or all."),
+])
+def test_an_unknown_suite_is_one_sentence(tiny_model: Path, args: list[str], message: str):
+    res = runner.invoke(app, ["bench", str(tiny_model), *args, "-n", "2"])
+    assert res.exit_code == 1 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_suite_and_a_prompts_file_are_not_both_taken(tiny_model: Path, tmp_path: Path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "say hi"}\n')
+    res = runner.invoke(app, ["bench", str(tiny_model), "--suite", "edits", "--prompts", str(prompts)])
+    assert res.exit_code == 2 and "either --prompts or --suite" in res.stderr
