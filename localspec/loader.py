@@ -10,12 +10,12 @@ memory. Progress and notes go to callbacks; nothing here prints.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localspec.errors import OutOfMemory
-from localspec.plan import Plan, plan
+from localspec.plan import Device, Plan, plan
 from localspec.resolve.gguf_info import ModelInfo, read_info
 from localspec.resolve.hub import Progress
 from localspec.settings import Settings, build, updated
@@ -52,6 +52,22 @@ def open_engine(
         s = updated(model, settings) if settings else model
     else:
         s = build(str(model) if model is not None else None, {k: (v, "argument") for k, v in settings.items()})
+    files = resolve_files(s, offline=offline, progress=progress, note=note, detail=detail)
+    return open_files(s, files, plan_files(s, files), note=note, detail=detail)
+
+
+@dataclass(frozen=True)
+class Files:
+    """The local GGUF files settings name: the model and its draft (None: n-gram only)."""
+
+    model: Path
+    draft: Path | None
+
+
+def resolve_files(s: Settings, *, offline: bool = False, progress: Progress | None = None,
+                  note: Note = _quiet, detail: Note = _quiet) -> Files:
+    """Resolve the model and its draft (``--draft auto``: from its pairing), downloading
+    what is missing."""
     path = resolve(s.model, offline=offline, progress=progress)
     draft_name = s.draft
     if s.draft == "auto":
@@ -59,13 +75,23 @@ def open_engine(
         if draft_name:
             detail(f"--draft auto: {draft_name}")
     draft_path = resolve(draft_name, offline=offline, progress=progress) if draft_name else None
-    layout = plan_for(path, draft_path, ctx_size=s.ctx_size, slots=s.slots, kv_type=s.kv_type,
-                      gpu_layers=str(s.gpu_layers), draft_gpu_layers=str(s.draft_gpu_layers))
+    return Files(path, draft_path)
+
+
+def plan_files(s: Settings, files: Files, devices: list[Device] | None = None) -> Plan:
+    """The memory plan for these files on this machine's devices (or on ``devices``, the
+    memory a server has left beside the models it holds)."""
+    return plan_for(files.model, files.draft, ctx_size=s.ctx_size, slots=s.slots, kv_type=s.kv_type,
+                    gpu_layers=str(s.gpu_layers), draft_gpu_layers=str(s.draft_gpu_layers), devices=devices)
+
+
+def open_files(s: Settings, files: Files, layout: Plan, *, note: Note = _quiet, detail: Note = _quiet) -> Engine:
+    """Load resolved files with a plan made for them."""
     from localspec.engine import EngineConfig
 
     detail(describe(layout))
-    engine = load_engine(path, EngineConfig(n_threads=s.threads, draft_model=draft_path, spec=s.spec_config()),
-                         layout, note)
+    engine = load_engine(files.model, EngineConfig(n_threads=s.threads, draft_model=files.draft,
+                                                   spec=s.spec_config()), layout, note)
     engine.plan, engine.settings = layout, s
     return engine
 
@@ -110,17 +136,18 @@ def plan_for(
     gpu_layers: str | None = None,
     draft_gpu_layers: str | None = None,
     gpu_memory: int | None = None,
+    devices: list[Device] | None = None,
 ) -> Plan:
-    """The plan for these files (or headers read remotely) on this machine's devices, or
-    on a GPU of ``gpu_memory`` bytes that is not here."""
-    from localspec import devices
+    """The plan for these files (or headers read remotely) on this machine's devices,
+    on ``devices`` given, or on a GPU of ``gpu_memory`` bytes that is not here."""
+    from localspec.devices import detect
     from localspec.plan import parse_layers
 
     target = model if isinstance(model, ModelInfo) else read_info(model)
     draft_info = draft if isinstance(draft, ModelInfo) or draft is None else read_info(draft)
     return plan(
         target,
-        devices.detect(gpu_memory),
+        devices if devices is not None else detect(gpu_memory),
         draft=draft_info,
         ctx_size=ctx_size,
         slots=slots,

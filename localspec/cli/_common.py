@@ -169,11 +169,10 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Show llama.cpp's
 # ---------------------------------------------------------------- settings
 
 
-def settings_from_context(ctx: typer.Context, model: str | None):
-    """The merged settings of the running command: its flags and LOCALSPEC_* variables
-    (as Typer saw them) over the profile's layers over the defaults. A bad flag is a
-    usage error (exit 2) naming the flag; a bad variable or profile value, one sentence."""
-    from localspec.settings import NAMES, SettingError, build
+def given_settings(ctx: typer.Context) -> dict[str, tuple[object, str]]:
+    """The settings the running command's flags and LOCALSPEC_* variables set: name ->
+    (value, "flag" | "env LOCALSPEC_X")."""
+    from localspec.settings import NAMES
 
     given = {}
     for name in NAMES:
@@ -184,8 +183,17 @@ def settings_from_context(ctx: typer.Context, model: str | None):
             given[name] = (ctx.params[name], "flag")
         elif source == "ENVIRONMENT":
             given[name] = (ctx.params[name], f"env {env_name(name)}")
+    return given
+
+
+def settings_from_context(ctx: typer.Context, model: str | None):
+    """The merged settings of the running command: its flags and LOCALSPEC_* variables
+    (as Typer saw them) over the profile's layers over the defaults. A bad flag is a
+    usage error (exit 2) naming the flag; a bad variable or profile value, one sentence."""
+    from localspec.settings import SettingError, build
+
     try:
-        return build(model, given)
+        return build(model, given_settings(ctx))
     except SettingError as exc:
         if exc.source == "flag":
             raise typer.BadParameter(exc.problem, param_hint="--" + exc.key.replace("_", "-")) from None

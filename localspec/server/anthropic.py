@@ -13,7 +13,7 @@ import json
 import uuid
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from localspec.server.openai import (APIError, Number, Picked, Speculative, _Body, _spec, _stop, constraint,
                                      max_tokens, sampling)
@@ -106,6 +106,7 @@ def _result_text(content: Any, where: str) -> str:
 
 class MessagesRequest(_Body):
     model: Optional[StrictStr] = None
+    keep_alive: Union[StrictStr, StrictInt, StrictFloat, None] = None  # extension: Ollama's
     max_tokens: StrictInt
     messages: Annotated[list[MessageParam], Field(min_length=1)]
     system: Union[StrictStr, list[TextBlock], None] = None

@@ -1,7 +1,9 @@
-"""The HTTP routes of ``localspec serve``: thin handlers over one Engine.
+"""The HTTP routes of ``localspec serve``: thin handlers over the engines of a Fleet.
 
-The server listens at once and the model loads behind it (``/health`` answers 503 until
-it is ready, as llama-server's does). Every request is checked before it reaches the
+The server listens at once; a request's ``model`` picks one of the fleet's models, which
+loads on first use and is held (never unloaded) until the request ends. Where one model
+was named at start it loads behind the listening server (``/health`` answers 503 until it
+is ready, as llama-server's does). Every request is checked before it reaches the
 engine (the Host header on a loopback address, the API key, the body size, the JSON,
 each field), and every failure is an OpenAI-shaped error body with a 4xx status; only
 a bug in localspec is a 500. A client that goes away cancels its request, which frees
@@ -22,7 +24,8 @@ from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from localspec.errors import EngineClosed, LocalspecError, PromptTooLong
+from localspec.errors import EngineClosed, LocalspecError, ModelNotFound, PromptTooLong
+from localspec.fleet import Fleet, Unavailable, parse_keep_alive
 from localspec import toolcalls
 from localspec.reply import Delta, ReplyParser, thinks
 from localspec.server import anthropic, auth, openai, responses
@@ -43,46 +46,60 @@ class ServerConfig:
     # Keys any of which a request must send (none: open). With several, each key's requests
     # draft only from that key's earlier requests (the engine's store, Request.store_key).
     api_keys: tuple[str, ...] = ()
-    alias: str | None = None  # the model's name in /v1/models and in "model" fields
-    names: tuple[str, ...] = ()  # other names a request may use for the model
     max_queue: int = 64
     cors_origins: tuple[str, ...] = ()
     body_limit: int = BODY_LIMIT
-    sampling: SamplingParams = field(default_factory=SamplingParams)  # from flags, profile
-    max_tokens: int | None = None
     # <think> blocks: "auto" splits them into reasoning_content where the template thinks,
     # "deepseek" always, "none" leaves them in the content
     reasoning_format: str = "auto"
     store_tokens: int = 0  # tokens of earlier requests' texts kept for drafting (Engine.keep_texts)
 
 
-class ServerState:
-    """The engine once loaded, and the requests under way (for 429 and shutdown)."""
+@dataclass(frozen=True)
+class Held:
+    """The model a request runs on: its engine, its name in answers, its settings."""
 
-    def __init__(self) -> None:
-        self.engine: Any = None
+    engine: Any
+    name: str
+    sampling: SamplingParams
+    max_tokens: int | None
+
+
+class ServerState:
+    """The fleet of models, whether the model named at start is loaded, and the requests
+    under way (for 429 and shutdown)."""
+
+    def __init__(self, fleet: Fleet | None = None) -> None:
+        self.fleet: Any = fleet
+        self.ready = False  # /health: the model named at start loaded (or none was named)
         self.error: str | None = None
         self.closing = False
-        self.outstanding = 0
-        self._streams: set[Any] = set()
+        self.outstanding: dict[str, int] = {}  # model -> requests' places taken (slots or queue)
+        self._streams: dict[Any, str] = {}  # stream -> the model it runs on
         self._lock = threading.Lock()
 
-    def admit(self, limit: int, n: int = 1) -> None:
+    def admit(self, model: str, limit: int, n: int = 1) -> None:
         """Take ``n`` places (slots or queue) for a request, or answer 429."""
         with self._lock:
-            if self.outstanding + n > limit:
+            if self.outstanding.get(model, 0) + n > limit:
                 raise APIError(429, "The server is busy: every slot is taken and the queue is full; retry shortly.",
                                headers={"Retry-After": "1"})
-            self.outstanding += n
+            self.outstanding[model] = self.outstanding.get(model, 0) + n
 
-    def track(self, streams: list[Any]) -> None:
+    def track(self, streams: list[Any], model: str) -> None:
         with self._lock:
-            self._streams.update(streams)
+            self._streams.update(dict.fromkeys(streams, model))
 
-    def done(self, streams: list[Any], n: int) -> None:
+    def done(self, model: str, streams: list[Any], n: int) -> None:
+        """Give back a request's places on ``model``."""
         with self._lock:
-            self.outstanding -= n
-            self._streams.difference_update(streams)
+            self.outstanding[model] -= n
+            for s in streams:
+                self._streams.pop(s, None)
+
+    def model_of(self, streams: list[Any]) -> str:
+        with self._lock:
+            return next((self._streams[s] for s in streams if s in self._streams), "")
 
     def cancel_all(self) -> None:
         """Shutting down: every running request ends now, with what it has."""
@@ -96,7 +113,7 @@ class ServerState:
 def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
-    model_name = config.alias or "model"
+    fleet = state.fleet
 
     # ------------------------------------------------------------ errors
 
@@ -124,31 +141,39 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     async def health() -> JSONResponse:
         if state.error:
             return JSONResponse(APIError(503, state.error).body(), status_code=503)
-        if state.engine is None:
+        if not state.ready:
             return JSONResponse(APIError(503, "Loading model").body(), status_code=503)
         return JSONResponse({"status": "ok"})
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(model_name)]}
+        servables = await asyncio.to_thread(fleet.servables)
+        return {"object": "list", "data": [_model_card(s) for s in servables]}
 
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str) -> dict[str, Any]:
-        _check_model(name)
-        return _model_card(model_name)
+        try:
+            servable = await asyncio.to_thread(fleet.find, name)
+        except ModelNotFound as exc:
+            raise APIError(404, exc.message, "model", "model_not_found") from None
+        return _model_card(servable)
 
     @app.get("/slots")
-    async def slots() -> list[dict[str, Any]]:
-        engine = _engine()
+    async def slots(model: str | None = None) -> list[dict[str, Any]]:
+        engine = _loaded(model)
         return [{"id": s.seq, "state": s.state, "cached_tokens": s.cached_tokens, "speculative": s.spec,
                  "acceptance_rate": round(s.acceptance, 4) if s.acceptance is not None else None}
                 for s in engine.slot_states()]
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        if state.engine is not None:
-            metrics.slots_busy.set(sum(s.state != "idle" for s in state.engine.slot_states()))
-            metrics.queue_depth.set(max(0, state.outstanding - len(state.engine.slot_states())))
+        metrics.slots_busy.clear()
+        metrics.queue_depth.clear()
+        for m in fleet.loaded():
+            states = m.engine.slot_states()
+            metrics.slots_busy.labels(m.servable.id).set(sum(s.state != "idle" for s in states))
+            metrics.queue_depth.labels(m.servable.id).set(
+                max(0, state.outstanding.get(m.servable.id, 0) - len(states)))
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # ------------------------------------------------------------ generation
@@ -157,31 +182,34 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     @app.post("/chat/completions")
     async def chat(http: HTTPRequest) -> Response:
         body = openai.parse(openai.ChatRequest, await _read_json(http))
-        engine = _ready(body)
-        request = openai.chat_request(body, config.sampling, engine.spec, engine.model.n_vocab, config.max_tokens)
-        return await _generate(http, engine, request, body, chat=True)
+        held = await _hold(http, body)
+        engine = held.engine
+        request = openai.chat_request(body, held.sampling, engine.spec, engine.model.n_vocab, held.max_tokens)
+        return await _generate(http, held, request, body, chat=True)
 
     @app.post("/v1/completions")
     @app.post("/completions")
     async def completions(http: HTTPRequest) -> Response:
         body = openai.parse(openai.CompletionRequest, await _read_json(http))
-        engine = _ready(body)
-        request = openai.completion_request(body, config.sampling, engine.spec, engine.model.n_vocab,
-                                            config.max_tokens or 16)
-        return await _generate(http, engine, request, body, chat=False)
+        held = await _hold(http, body)
+        engine = held.engine
+        request = openai.completion_request(body, held.sampling, engine.spec, engine.model.n_vocab,
+                                            held.max_tokens or 16)
+        return await _generate(http, held, request, body, chat=False)
 
     @app.post("/v1/messages")
     async def messages(http: HTTPRequest) -> Response:
         """Anthropic's Messages API: the same engine request as a chat completion."""
         body = openai.parse(anthropic.MessagesRequest, await _read_json(http))
-        engine = _ready(body)
-        request = anthropic.to_request(body, config.sampling, engine.spec, engine.model.n_vocab)
+        held = await _hold(http, body)
+        engine, model_name = held.engine, held.name
+        request = anthropic.to_request(body, held.sampling, engine.spec, engine.model.n_vocab)
         param = "grammar" if body.grammar is not None else "tools"
-        streams = await _start(http, engine, request, 1, chat=True, grammar_param=param)
+        streams = await _start(http, held, request, 1, chat=True, grammar_param=param)
         parsers = [_parser(engine, request, streams[0])]
         mid = anthropic.new_id()
         if body.stream:
-            return StreamingResponse(_anthropic_sse(mid, streams, parsers, request.stop),
+            return StreamingResponse(_anthropic_sse(mid, model_name, streams, parsers, request.stop),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             result, reply = await _one_reply(http, streams, parsers)
@@ -194,14 +222,15 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     async def responses_route(http: HTTPRequest) -> Response:
         """OpenAI's Responses API: the same engine request as a chat completion."""
         body = openai.parse(responses.ResponsesRequest, await _read_json(http))
-        engine = _ready(body)
-        request = responses.to_request(body, config.sampling, engine.spec, engine.model.n_vocab, config.max_tokens)
+        held = await _hold(http, body)
+        engine, model_name = held.engine, held.name
+        request = responses.to_request(body, held.sampling, engine.spec, engine.model.n_vocab, held.max_tokens)
         grammar_param = "grammar" if body.grammar is not None else "text.format" if request.constraint else "tools"
-        streams = await _start(http, engine, request, 1, chat=True, grammar_param=grammar_param)
+        streams = await _start(http, held, request, 1, chat=True, grammar_param=grammar_param)
         parsers = [_parser(engine, request, streams[0])]
         rid = responses.new_id("resp")
         if body.stream:
-            return StreamingResponse(_responses_sse(rid, body, request, streams, parsers),
+            return StreamingResponse(_responses_sse(rid, model_name, body, request, streams, parsers),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             result, reply = await _one_reply(http, streams, parsers)
@@ -218,7 +247,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         parsers[0].close()
         return result, parsers[0].reply
 
-    async def _responses_sse(rid: str, body: Any, request: Request, streams: list[Any],
+    async def _responses_sse(rid: str, model_name: str, body: Any, request: Request, streams: list[Any],
                              parsers: list[ReplyParser]) -> AsyncIterator[bytes]:
         sse = _named_event
         events = responses.Events()
@@ -248,7 +277,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             _cancel(streams)
             _finished(streams)
 
-    async def _anthropic_sse(mid: str, streams: list[Any], parsers: list[ReplyParser],
+    async def _anthropic_sse(mid: str, model_name: str, streams: list[Any], parsers: list[ReplyParser],
                              stops: list[str]) -> AsyncIterator[bytes]:
         event = _named_event
         blocks = anthropic.Blocks()
@@ -271,11 +300,12 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             _cancel(streams)
             _finished(streams)
 
-    async def _start(http: HTTPRequest, engine: Any, request: Request, n: int, *, chat: bool,
+    async def _start(http: HTTPRequest, held: Held, request: Request, n: int, *, chat: bool,
                      grammar_param: str) -> list[Any]:
         """Admit and submit a request's ``n`` choices, or answer 4xx/503 naming the field;
         with several API keys, its drafts come only from its own key's earlier requests."""
         request = replace(request, store_key=getattr(http.state, "store_key", ""))
+        engine = held.engine
         slots = len(engine.slot_states())
         if request.max_tokens is not None and request.max_tokens > engine.n_ctx:
             raise APIError(400, f"Invalid 'max_tokens': {request.max_tokens} is more than the context holds "
@@ -291,7 +321,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             if "tool_choice" in message or (request.tools and "tool" in message.lower()):
                 param = "tool_choice" if "tool_choice" in message else "tools"
             raise APIError(400, message, param) from None
-        state.admit(slots + config.max_queue, n)
+        state.admit(held.name, slots + config.max_queue, n)
         streams: list[Any] = []
         try:
             try:
@@ -302,28 +332,30 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
                 raise APIError(503, "The server is shutting down.") from None
             except LocalspecError as exc:
                 raise APIError(400, exc.message) from None
-            state.track(streams)
+            state.track(streams, held.name)
         except BaseException:
-            state.done(streams, n)
+            state.done(held.name, streams, n)
             raise
         return streams
 
-    async def _generate(http: HTTPRequest, engine: Any, request: Request, body: Any, *, chat: bool) -> Response:
+    async def _generate(http: HTTPRequest, held: Held, request: Request, body: Any, *, chat: bool) -> Response:
+        engine, model_name = held.engine, held.name
         n = body.n if body.n is not None else 1
         slots = len(engine.slot_states())
         if not 1 <= n <= slots:
             raise APIError(400, f"Invalid 'n': must be from 1 to {slots} (the server's slots), not {n}.", "n")
-        streams = await _start(http, engine, request, n, chat=chat,
+        streams = await _start(http, held, request, n, chat=chat,
                                grammar_param="grammar" if body.grammar is not None else "response_format")
         rid = openai.new_id("chatcmpl" if chat else "cmpl")
         formatter = openai.LogprobFormatter(engine.model.token_to_piece)
         parsers = [_parser(engine, request, s) for s in streams] if chat else None
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(_sse(_events(rid, streams, formatter, include_usage, request, parsers), streams),
+            return StreamingResponse(_sse(_events(rid, model_name, streams, formatter, include_usage, request, parsers),
+                                          streams),
                                      media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
-            return JSONResponse(await _collect(http, rid, streams, formatter, request, parsers))
+            return JSONResponse(await _collect(http, rid, model_name, streams, formatter, request, parsers))
         finally:
             _finished(streams)
 
@@ -344,12 +376,13 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
         return parts
 
     def _finished(streams: list[Any]) -> None:
-        state.done(streams, len(streams))
+        model = state.model_of(streams)
+        state.done(model, streams, len(streams))
         for stream in streams:
             if stream.result is not None:
-                metrics.finished(stream.result)
+                metrics.finished(stream.result, model)
 
-    async def _collect(http: HTTPRequest, rid: str, streams: list[Any], formatter: openai.LogprobFormatter,
+    async def _collect(http: HTTPRequest, rid: str, model_name: str, streams: list[Any], formatter: openai.LogprobFormatter,
                        request: Request, parsers: list[ReplyParser] | None) -> dict[str, Any]:
         """Run a non-streaming request to its end, cancelling it if the client leaves."""
         watch = (lambda i, event: _feed(parsers, streams, i, event.text)) if parsers else None
@@ -403,7 +436,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             _cancel(streams)
             _finished(streams)
 
-    async def _events(rid: str, streams: list[Any], formatter: openai.LogprobFormatter, include_usage: bool,
+    async def _events(rid: str, model_name: str, streams: list[Any], formatter: openai.LogprobFormatter, include_usage: bool,
                       request: Request, parsers: list[ReplyParser] | None) -> AsyncIterator[dict[str, Any]]:
         """The chunks of a streamed request, in either API's shape: each choice's tokens as
         they come (a chat answer split into content, reasoning and tool calls), its finish,
@@ -448,21 +481,43 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
 
     # ------------------------------------------------------------ helpers
 
-    def _engine() -> Any:
+    def _loaded(name: str | None) -> Any:
+        """A loaded model's engine, for the routes that only look (/slots)."""
         if state.closing:
             raise APIError(503, "The server is shutting down.")
-        if state.engine is None:
-            raise APIError(503, state.error or "Loading model")
-        return state.engine
+        try:
+            servable = fleet.find(name)
+        except ModelNotFound as exc:
+            raise APIError(404, exc.message, "model", "model_not_found") from None
+        m = fleet.state_of(servable.id)
+        if m is None:
+            raise APIError(503, state.error or f"The model '{servable.id}' is not loaded.")
+        return m.engine
 
-    def _check_model(name: str | None) -> None:
-        if name and name not in (model_name, *config.names):
-            raise APIError(404, f"The model '{name}' does not exist; this server serves '{model_name}'.",
-                           "model", "model_not_found")
-
-    def _ready(body: Any) -> Any:
-        _check_model(body.model)
-        return _engine()
+    async def _hold(http: HTTPRequest, body: Any) -> Held:
+        """The request's model, loaded and held until the whole response is sent (the
+        Guard releases it): 404 for a name the server cannot serve, 503 where it cannot
+        be loaded now."""
+        if state.closing:
+            raise APIError(503, "The server is shutting down.")
+        keep_alive: Any = "default"
+        if body.keep_alive is not None:
+            try:
+                keep_alive = parse_keep_alive(body.keep_alive)
+            except ValueError as exc:
+                raise APIError(400, f"Invalid 'keep_alive': {exc}.", "keep_alive") from None
+        try:
+            lease = await asyncio.to_thread(fleet.acquire, body.model, keep_alive)
+        except ModelNotFound as exc:
+            raise APIError(404, exc.message, "model", "model_not_found") from None
+        except Unavailable as exc:
+            raise APIError(503, exc.message, code="model_unavailable",
+                           headers={"Retry-After": "5"} if exc.retry else None) from None
+        except LocalspecError as exc:
+            raise APIError(503, exc.message, "model", "model_load_failed") from None
+        http.scope.setdefault("state", {}).setdefault("leases", []).append((lease, keep_alive))
+        settings = lease.loaded.servable.settings
+        return Held(lease.engine, lease.id, settings.sampling(), settings.max_tokens)
 
     async def _read_json(http: HTTPRequest) -> Any:
         length = http.headers.get("content-length")
@@ -540,8 +595,8 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _model_card(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "localspec"}
+def _model_card(servable: Any) -> dict[str, Any]:
+    return {"id": servable.id, "object": "model", "created": 0, "owned_by": "localspec"}
 
 
 class Guard:
@@ -573,6 +628,8 @@ class Guard:
             else:
                 await self.app(scope, receive, record)
         finally:
+            for lease, keep_alive in scope.get("state", {}).pop("leases", ()):
+                lease.release(keep_alive)
             route = path if path in ROUTES or path.startswith("/v1/models/") else "other"
             self.metrics.requests.labels("/v1/models" if path.startswith("/v1/models/") else route,
                                          str(status[0])).inc()

@@ -20,14 +20,16 @@ class Metrics:
         self.ttft = Histogram("localspec_time_to_first_token_seconds", "Time to first token", buckets=LATENCY_BUCKETS, registry=r)
         self.tpot = Histogram("localspec_time_per_output_token_seconds", "Decode time per generated token",
                               buckets=LATENCY_BUCKETS, registry=r)
-        self.drafted = Counter("localspec_spec_drafted_tokens", "Tokens drafted", ["drafter"], registry=r)
-        self.accepted = Counter("localspec_spec_accepted_tokens", "Drafted tokens accepted", ["drafter"], registry=r)
+        self.drafted = Counter("localspec_spec_drafted_tokens", "Tokens drafted", ["model", "drafter"], registry=r)
+        self.accepted = Counter("localspec_spec_accepted_tokens", "Drafted tokens accepted", ["model", "drafter"],
+                                registry=r)
         self.accepted_at = Counter("localspec_spec_decode_num_accepted_tokens_per_pos",
-                                   "Drafted tokens accepted, by position in the draft (1-based)", ["position"], registry=r)
-        self.slots_busy = Gauge("localspec_slots_busy", "Slots running a request", registry=r)
-        self.queue_depth = Gauge("localspec_queue_depth", "Requests waiting for a slot", registry=r)
+                                   "Drafted tokens accepted, by position in the draft (1-based)", ["model", "position"],
+                                   registry=r)
+        self.slots_busy = Gauge("localspec_slots_busy", "Slots running a request", ["model"], registry=r)
+        self.queue_depth = Gauge("localspec_queue_depth", "Requests waiting for a slot", ["model"], registry=r)
 
-    def finished(self, result: Result) -> None:
+    def finished(self, result: Result, model: str = "") -> None:
         u, t = result.usage, result.timings
         self.prompt_tokens.inc(u.prompt_tokens)
         self.cached_tokens.inc(u.cached_tokens)
@@ -39,10 +41,10 @@ class Metrics:
         spec = result.spec
         if spec is not None:
             for drafter, (drafted, accepted) in spec.by_drafter.items():
-                self.drafted.labels(drafter).inc(drafted)
-                self.accepted.labels(drafter).inc(accepted)
+                self.drafted.labels(model, drafter).inc(drafted)
+                self.accepted.labels(model, drafter).inc(accepted)
             for position, count in spec.accepted_at.items():
-                self.accepted_at.labels(str(position)).inc(count)
+                self.accepted_at.labels(model, str(position)).inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -144,6 +144,7 @@ class StreamOptions(_Body):
 
 class _Common(_Body):
     model: Optional[StrictStr] = None
+    keep_alive: Union[StrictStr, StrictInt, StrictFloat, None] = None  # extension: Ollama's
     max_tokens: Optional[StrictInt] = None
     temperature: Optional[Annotated[Number, Field(ge=0, le=2)]] = None
     top_p: Optional[Annotated[Number, Field(gt=0, le=1)]] = None

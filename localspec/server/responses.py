@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from localspec.reply import Delta, Reply
 from localspec.server.openai import (
@@ -66,6 +66,7 @@ class NamedFunction(_Body):
 
 class ResponsesRequest(_Body):
     model: Optional[StrictStr] = None
+    keep_alive: Union[StrictStr, StrictInt, StrictFloat, None] = None  # extension: Ollama's
     input: Union[StrictStr, list[dict[str, Any]]]
     instructions: Optional[StrictStr] = None
     tools: Optional[list[FunctionTool]] = None
