@@ -16,6 +16,7 @@ from localspec.cli import ls as _ls
 from localspec.cli import pair as _pair
 from localspec.cli import plan as _plan
 from localspec.cli import profiles as _profiles
+from localspec.cli import ps as _ps
 from localspec.cli import pull as _pull
 from localspec.cli import rm as _rm
 from localspec.cli import run as _run
@@ -50,6 +51,7 @@ app.command("run", help=_run.HELP, epilog=_run.EPILOG)(_run.run)
 app.command("chat", help=_chat.HELP, epilog=_chat.EPILOG)(_chat.chat)
 app.command("batch", help=_batch.HELP, epilog=_batch.EPILOG)(_batch.batch)
 app.command("serve", help=_serve.HELP, epilog=_serve.EPILOG)(_serve.serve)
+app.command("ps", help=_ps.HELP, epilog=_ps.EPILOG)(_ps.ps)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
 app.command("pull", help=_pull.HELP, epilog=_pull.EPILOG)(_pull.pull)

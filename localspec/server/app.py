@@ -148,7 +148,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         servables = await asyncio.to_thread(fleet.servables)
-        return {"object": "list", "data": [_model_card(s) for s in servables]}
+        return {"object": "list", "data": [_model_card(s, fleet.state_of(s.id)) for s in servables]}
 
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str) -> dict[str, Any]:
@@ -156,7 +156,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             servable = await asyncio.to_thread(fleet.find, name)
         except ModelNotFound as exc:
             raise APIError(404, exc.message, "model", "model_not_found") from None
-        return _model_card(servable)
+        return _model_card(servable, fleet.state_of(servable.id))
 
     @app.get("/slots")
     async def slots(model: str | None = None) -> list[dict[str, Any]]:
@@ -595,8 +595,28 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _model_card(servable: Any) -> dict[str, Any]:
-    return {"id": servable.id, "object": "model", "created": 0, "owned_by": "localspec"}
+def _model_card(servable: Any, loaded: Any) -> dict[str, Any]:
+    """OpenAI's model object, and what ``localspec ps`` shows: loaded or not, its draft,
+    context, and when loaded its memory, slots and idle time."""
+    card: dict[str, Any] = {"id": servable.id, "object": "model", "created": 0, "owned_by": "localspec",
+                            "loaded": loaded is not None}
+    s = servable.settings
+    if loaded is None:
+        card.update(draft=s.draft, context_length=s.ctx_size, slots=s.slots)
+        return card
+    engine, idle = loaded.engine, loaded.idle_s
+    states = engine.slot_states()
+    card.update(
+        draft=loaded.files.draft.name if loaded.files and loaded.files.draft else None,
+        context_length=engine.n_ctx, slots=len(states), slots_busy=sum(st.state != "idle" for st in states),
+        file=engine.model.path.name, speculation=engine.spec.mode,
+        memory_bytes=sum(d.planned_bytes for d in loaded.plan.devices) if loaded.plan else None,
+        idle_s=round(idle, 1) if idle is not None else None,
+        keep_alive_s=loaded.keep_alive,
+        expires_in_s=round(max(0.0, loaded.keep_alive - idle), 1) if idle is not None and loaded.keep_alive is not None
+        else None,
+    )
+    return card
 
 
 class Guard:
