@@ -52,6 +52,8 @@ EPILOG = (
     "LOCALSPEC_API_KEY=secret localspec serve model.gguf --host 0.0.0.0"
 )
 DEFAULT_SLOTS = 4  # when neither a flag, a variable nor a profile sets --slots
+GRACE_S = 30  # at shutdown, how long running requests (ended at once, at their next step) may take to finish
+# sending; a step can take seconds (a long prefill chunk, the first cost measurement of a model)
 
 
 class ReasoningFormat(str, Enum):
@@ -133,6 +135,7 @@ def serve(
     from localspec.settings import updated
 
     from localspec.devices import parse_size
+    from localspec.errors import InvalidRequest
     from localspec.fleet import Budget, Fleet, local_servables, parse_keep_alive
 
     models = list(dict.fromkeys(models or []))
@@ -144,8 +147,8 @@ def serve(
         raise typer.BadParameter(str(exc), param_hint="--keep-alive") from None
     try:
         budget = Budget.detect(parse_size(max_memory) if max_memory else None)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--max-memory") from None
+    except InvalidRequest as exc:
+        raise typer.BadParameter(exc.message, param_hint="--max-memory") from None
 
     def make(name: str | None):
         s = settings_from_context(ctx, name)
@@ -180,7 +183,7 @@ def serve(
     state = ServerState(fleet)
     app = create_app(config, state)
     server = _server(uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning",
-                                    access_log=verbose, timeout_graceful_shutdown=3, lifespan="off"), state)
+                                    access_log=verbose, timeout_graceful_shutdown=GRACE_S, lifespan="off"), state)
     loader = threading.Thread(target=_start, args=(verbose, state, server, config, len(models) == 1), daemon=True)
     loader.start()
     # uvicorn handles SIGINT and SIGTERM while it runs, then raises them again for the

@@ -28,10 +28,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, model: Path | list[Path] | None, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
+        models = [] if model is None else [str(m) for m in model] if isinstance(model, list) else [str(model)]
         self.proc = subprocess.Popen(
-            CLI + ["serve", str(model), "--port", str(self.port), *args],
+            CLI + ["serve", *models, "--port", str(self.port), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "LOCALSPEC_NO_COST_CACHE": "1", **(env or {})},
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
