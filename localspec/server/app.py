@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from localspec.errors import EngineClosed, LocalspecError, ModelNotFound, PromptTooLong
+from localspec.errors import EngineClosed, InvalidRequest, LocalspecError, ModelNotFound, OutOfMemory, PromptTooLong
 from localspec.fleet import Fleet, Unavailable, parse_keep_alive
 from localspec import toolcalls
 from localspec.reply import Delta, ReplyParser, thinks
@@ -114,6 +114,7 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
     app = FastAPI(title="localspec", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
     fleet = state.fleet
+    embed_locks: dict[int, asyncio.Lock] = {}  # engine id -> one embedding request at a time
 
     # ------------------------------------------------------------ errors
 
@@ -216,6 +217,34 @@ def create_app(config: ServerConfig, state: ServerState) -> FastAPI:
             return JSONResponse(anthropic.message(mid, model_name, result, reply, request.stop))
         finally:
             _finished(streams)
+
+    @app.post("/v1/embeddings")
+    @app.post("/embeddings")
+    async def embeddings(http: HTTPRequest) -> JSONResponse:
+        """OpenAI's embeddings: the model's own pooling in a context of its own, one
+        request at a time per model (the others wait here, not in threads)."""
+        body = openai.parse(openai.EmbeddingRequest, await _read_json(http))
+        inputs = openai.embedding_inputs(body)
+        held = await _hold(http, body)
+        engine = held.engine
+        lock = embed_locks.setdefault(id(engine), asyncio.Lock())
+        async with lock:
+            try:
+                embedder = await asyncio.to_thread(engine.embedder)
+            except OutOfMemory as exc:
+                raise APIError(503, exc.message, "model", "model_unavailable") from None
+            except LocalspecError as exc:
+                raise APIError(400, exc.message, "model") from None
+            if body.dimensions is not None and body.dimensions != embedder.n_embd:
+                raise APIError(400, f"Invalid 'dimensions': {held.name} gives {embedder.n_embd}-dimensional "
+                                    f"embeddings, not {body.dimensions}.", "dimensions")
+            tokens = [embedder.tokenize(x) if isinstance(x, str) else x for x in inputs]
+            try:
+                vectors = await asyncio.to_thread(embedder.embed, tokens)
+            except InvalidRequest as exc:
+                raise APIError(400, exc.message, "input") from None
+        metrics.embedded.labels(held.name).inc(len(vectors))
+        return JSONResponse(openai.embedding_response(held.name, vectors, sum(map(len, tokens)), body.encoding_format))
 
     @app.post("/v1/responses")
     @app.post("/responses")

@@ -27,6 +27,7 @@ class Metrics:
                                    "Drafted tokens accepted, by position in the draft (1-based)", ["model", "position"],
                                    registry=r)
         self.slots_busy = Gauge("localspec_slots_busy", "Slots running a request", ["model"], registry=r)
+        self.embedded = Counter("localspec_embeddings", "Inputs embedded", ["model"], registry=r)
         self.queue_depth = Gauge("localspec_queue_depth", "Requests waiting for a slot", ["model"], registry=r)
 
     def finished(self, result: Result, model: str = "") -> None:

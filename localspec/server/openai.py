@@ -541,3 +541,56 @@ def completion_chunk(rid: str, model: str, created: int, text: str, finish: str 
 def usage_chunk(rid: str, model: str, created: int, obj: str, results: list[Result]) -> dict[str, Any]:
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
             "usage": usage(results), **extensions(results)}
+
+
+# ---------------------------------------------------------------------------- embeddings
+
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own limit on inputs per request
+
+
+class EmbeddingRequest(_Body):
+    model: Optional[StrictStr] = None
+    input: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[StrictInt] = None
+    user: Optional[StrictStr] = None
+    keep_alive: Union[StrictStr, StrictInt, StrictFloat, None] = None  # extension: Ollama's
+
+
+def embedding_inputs(body: EmbeddingRequest) -> list[str | list[int]]:
+    """The request's inputs as texts or token-id lists; 400 naming ``input`` where one is
+    empty or there are none or too many."""
+    raw = body.input
+    inputs: list[str | list[int]]
+    if isinstance(raw, str):
+        inputs = [raw]
+    elif raw and all(isinstance(x, int) for x in raw):
+        inputs = [list(raw)]  # type: ignore[arg-type]
+    else:
+        inputs = list(raw)  # type: ignore[arg-type]
+    if not inputs:
+        raise APIError(400, "Invalid 'input': give a string, a list of strings or token ids, not an empty list.", "input")
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise APIError(400, f"Invalid 'input': at most {MAX_EMBEDDING_INPUTS} inputs per request, not {len(inputs)}.",
+                       "input")
+    for i, x in enumerate(inputs):
+        if len(x) == 0:
+            where = "'input'" if len(inputs) == 1 else f"'input[{i}]'"
+            raise APIError(400, f"Invalid {where}: it is empty.", "input")
+    return inputs
+
+
+def embedding_response(model: str, vectors: list[Any], n_tokens: int, encoding_format: str) -> dict[str, Any]:
+    """OpenAI's embedding list; base64 is the little-endian float32 bytes the SDKs decode."""
+    import base64
+
+    import numpy as np
+
+    def encode(v: Any) -> Any:
+        if encoding_format == "base64":
+            return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
+        return [float(x) for x in v]
+
+    return {"object": "list", "model": model,
+            "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
