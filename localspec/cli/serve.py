@@ -44,7 +44,7 @@ from localspec.cli.completion import complete_model
 from localspec.defaults import DEFAULTS as D
 from localspec.outputs import terminal
 
-HELP = ("Serve models over an OpenAI-compatible HTTP API (chat, completions, Responses, Messages): with no "
+HELP = ("Serve models over an OpenAI-compatible HTTP API (chat, completions, embeddings, Responses, Messages): with no "
         "MODEL every cached GGUF and profile, each loaded on its first request.")
 EPILOG = (
     "Examples:  localspec serve  ·  localspec serve model.gguf  ·  localspec serve qwen2.5-coder-1.5b --slots 4 "
