@@ -20,11 +20,13 @@ from localspec.errors import ContextError, InvalidRequest, OutOfMemory
 
 MAX_SEQS = 64  # inputs decoded together at most (llama.cpp allows 256); a batch is also capped at n_ctx tokens
 
-# Flash attention off: on the CPU it rounds through f16 and moved SmolLM2-135M's mean-pooled
-# vector of a 7-token sentence to cosine 0.99903 of the exact one (off: 1.0000000, as
-# llama-cpp-python's Llama.embed gives); an embedding is one forward pass, where its
-# memory saving matters little.
-FLASH_ATTN = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+# Flash attention only for encoders (no causal mask, no KV cache). With a KV cache, on the
+# CPU, it moved SmolLM2-135M's mean-pooled vector of a 7-token sentence to cosine 0.99903
+# of the exact one (off: 1.0000000, as llama-cpp-python's Llama.embed gives); for
+# nomic-embed-text-v1.5 it is exact (cosine 1 - 5e-7) and 28% faster (64 short texts:
+# 43.3 against 33.7 a second, 2 threads).
+FLASH_ATTN_ENCODER = lc.LLAMA_FLASH_ATTN_TYPE_AUTO
+FLASH_ATTN_DECODER = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
 POOLING = {lc.LLAMA_POOLING_TYPE_MEAN: "mean", lc.LLAMA_POOLING_TYPE_CLS: "cls", lc.LLAMA_POOLING_TYPE_LAST: "last"}
 
 
@@ -62,7 +64,8 @@ class Embedder:
         params.embeddings = True
         params.pooling_type = self.pooling
         params.kv_unified = True
-        params.flash_attn_type = FLASH_ATTN
+        causal = model.meta(f"{model.architecture}.attention.causal") not in ("false", "0")
+        params.flash_attn_type = FLASH_ATTN_DECODER if causal else FLASH_ATTN_ENCODER
         params.no_perf = True
         ptr = lc.llama_init_from_model(model._ptr, params)
         if not ptr:
