@@ -18,5 +18,5 @@ DEFAULTS: dict[str, Any] = {
     "presence_penalty": _SAMPLING.presence_penalty, "frequency_penalty": _SAMPLING.frequency_penalty,
     "seed": None, "max_tokens": None,
     "ctx_size": None, "slots": 1, "kv_type": "f16", "gpu_layers": "auto", "draft_gpu_layers": "auto",
-    "threads": None,
+    "threads": None, "prompt_cache": True, "prompt_cache_size": "4GiB",
 }

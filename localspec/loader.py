@@ -89,9 +89,14 @@ def open_files(s: Settings, files: Files, layout: Plan, *, note: Note = _quiet, 
     """Load resolved files with a plan made for them."""
     from localspec.engine import EngineConfig
 
+    from localspec.engine import promptcache
+
     detail(describe(layout))
-    engine = load_engine(files.model, EngineConfig(n_threads=s.threads, draft_model=files.draft,
-                                                   spec=s.spec_config()), layout, note)
+    keep = s.prompt_cache and s.prompt_cache_size > 0 and not promptcache.disabled_by_env()
+    config = EngineConfig(n_threads=s.threads, draft_model=files.draft, spec=s.spec_config(),
+                          prompt_cache_dir=promptcache.default_dir() if keep else None,
+                          prompt_cache_size=s.prompt_cache_size)
+    engine = load_engine(files.model, config, layout, note)
     engine.plan, engine.settings = layout, s
     return engine
 

@@ -36,6 +36,18 @@ def _layers(value: Any) -> Any:
 Layers = Annotated[Union[Literal["auto", "all"], int], BeforeValidator(_layers)]
 
 
+def _size(value: Any) -> Any:
+    """A size in bytes: 4GiB, 512MiB, or a number of bytes."""
+    from localspec.devices import parse_size
+
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except InvalidRequest:
+            raise ValueError(f"must be a size like 4GiB or 512MiB (got {value!r})") from None
+    return value
+
+
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
@@ -74,6 +86,9 @@ class Settings(BaseModel):
     gpu_layers: Layers = D["gpu_layers"]
     draft_gpu_layers: Layers = D["draft_gpu_layers"]
     threads: Optional[Annotated[int, Field(ge=1)]] = None
+    # long prompts' KV states kept on disk (engine/promptcache.py)
+    prompt_cache: bool = D["prompt_cache"]
+    prompt_cache_size: Annotated[int, BeforeValidator(_size), Field(ge=0)] = D["prompt_cache_size"]
     # provenance, not settings
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)
     profile: Optional[str] = Field(default=None, exclude=True)

@@ -13,6 +13,12 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 # Tests measure costs afresh and leave the user's cost cache alone (one test turns it on).
 os.environ["LOCALSPEC_NO_COST_CACHE"] = "1"
+# Long prompts' states go to a folder of the test run's own, never the user's cache
+# (the prompt cache's tests give their engines folders of their own).
+if "LOCALSPEC_PROMPT_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["LOCALSPEC_PROMPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="localspec-prompts-")
 
 
 @pytest.fixture(scope="session")

@@ -114,6 +114,12 @@ CtxSize = Annotated[Optional[int], _setting(
     "ctx_size", "--ctx-size", "-c", help="Context per slot, in tokens. Default: the model's, at most 4096.")]
 Slots = Annotated[int, _setting("slots", help="Parallel sequences (KV slots).")]
 Threads = Annotated[Optional[int], _setting("threads", help="CPU threads. Default: all cores.")]
+PromptCache = Annotated[bool, typer.Option(
+    "--prompt-cache/--no-prompt-cache", envvar=env_name("prompt_cache"),
+    help="Keep long prompts' KV state on disk, so the same text is not prefilled again "
+         "(LOCALSPEC_NO_PROMPT_CACHE=1 also turns it off).")]
+PromptCacheSize = Annotated[str, _setting(
+    "prompt_cache_size", metavar="SIZE", help="Disk the prompt cache may take (least recently used states go first).")]
 KvType = Annotated[str, _setting("kv_type", help="KV cache type: f16, q8_0 or q4_0.")]
 GpuLayers = Annotated[str, _setting("gpu_layers", help="Target layers on the GPU: auto (planned), all, or N.")]
 DraftGpuLayers = Annotated[str, _setting("draft_gpu_layers", help="Draft layers on the GPU: auto, all, or N.")]

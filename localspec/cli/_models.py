@@ -55,6 +55,23 @@ def download_bars():
             progress.stop()
 
 
+class _Notes(logging.Handler):
+    """Library log records as notes on stderr (the library itself never prints)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        terminal.note(record.getMessage())
+
+
+def show_library_notes(verbose: bool) -> None:
+    """Under --verbose, the prompt cache's one-line notes (a state loaded, saved, or
+    removed as damaged) go to stderr."""
+    logger = logging.getLogger("localspec.prompt_cache")
+    if verbose and not any(isinstance(h, _Notes) for h in logger.handlers):
+        logger.addHandler(_Notes())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def open_engine_for(settings, *, offline: bool, verbose: bool):
     """The engine a command's settings ask for: llama.cpp's log and the settings'
     sources under --verbose, download bars and notes on stderr."""
@@ -64,6 +81,7 @@ def open_engine_for(settings, *, offline: bool, verbose: bool):
 
     backend.set_verbose(verbose)
     quiet_hub_logs(verbose)
+    show_library_notes(verbose)
     if verbose:
         terminal.note(describe_settings(settings))
     with download_bars() as report:

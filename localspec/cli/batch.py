@@ -45,6 +45,8 @@ from localspec.cli._common import (
     constraint_from_flags,
     settings_from_context,
     user_errors,
+    PromptCache,
+    PromptCacheSize,
 )
 from localspec.defaults import DEFAULTS as D
 from localspec.errors import InvalidRequest
@@ -86,6 +88,8 @@ def batch(
     grammar: Grammar = None,
     regex: Regex = None,
     ctx_size: CtxSize = D["ctx_size"],
+    prompt_cache: PromptCache = D["prompt_cache"],
+    prompt_cache_size: PromptCacheSize = D["prompt_cache_size"],
     threads: Threads = D["threads"],
     spec: Spec = D["spec"],
     draft: Draft = D["draft"],

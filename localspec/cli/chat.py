@@ -44,6 +44,8 @@ from localspec.cli._common import (
     Verbose,
     settings_from_context,
     user_errors,
+    PromptCache,
+    PromptCacheSize,
 )
 from localspec.cli.completion import complete_model
 from localspec.defaults import DEFAULTS as D
@@ -432,6 +434,8 @@ def chat(
     frequency_penalty: FrequencyPenalty = D["frequency_penalty"],
     seed: Seed = D["seed"],
     ctx_size: CtxSize = D["ctx_size"],
+    prompt_cache: PromptCache = D["prompt_cache"],
+    prompt_cache_size: PromptCacheSize = D["prompt_cache_size"],
     threads: Threads = D["threads"],
     spec: Spec = D["spec"],
     draft: Draft = D["draft"],

@@ -44,6 +44,8 @@ from localspec.cli._common import (
     constraint_from_flags,
     settings_from_context,
     user_errors,
+    PromptCache,
+    PromptCacheSize,
 )
 from localspec.cli.completion import complete_model
 from localspec.errors import InvalidRequest, LocalspecError
@@ -62,9 +64,11 @@ EPILOG = (
 
 
 def _read_prompt(argument: str | None, file: Path | None) -> str:
-    """The prompt argument, then the file, then piped stdin, joined by newlines. Bytes
-    that are not UTF-8 become U+FFFD, and a note on stderr says where."""
-    parts = [_text(argument.encode("utf-8", "surrogateescape"), "the prompt argument")] if argument else []
+    """The file, then piped stdin, then the prompt argument, joined by newlines: the
+    long text first, the question last (as ``llm`` does), so that asking another
+    question of the same file reuses its saved prefix (the prompt cache). Bytes that are
+    not UTF-8 become U+FFFD, and a note on stderr says where."""
+    parts = []
     if file is not None:
         try:
             parts.append(_text(file.read_bytes(), f"the prompt file {file}"))
@@ -75,6 +79,8 @@ def _read_prompt(argument: str | None, file: Path | None) -> str:
         piped = _text(stream.read(), "stdin") if stream is not None else sys.stdin.read()
         if piped.strip():
             parts.append(piped)
+    if argument:
+        parts.append(_text(argument.encode("utf-8", "surrogateescape"), "the prompt argument"))
     prompt = "\n".join(p.rstrip("\n") for p in parts)
     if not prompt.strip():
         raise InvalidRequest(
@@ -120,7 +126,7 @@ def run(
         autocompletion=complete_model,
     ),
     prompt: Optional[str] = typer.Argument(
-        None, help="The prompt. Piped stdin is appended after it."
+        None, help="The prompt (the question). A file (-f) and piped stdin come before it."
     ),
     file: Optional[Path] = typer.Option(
         None, "--file", "-f", help="Read the prompt (or more of it) from FILE.", dir_okay=False
@@ -142,6 +148,8 @@ def run(
     grammar: Grammar = None,
     regex: Regex = None,
     ctx_size: CtxSize = D["ctx_size"],
+    prompt_cache: PromptCache = D["prompt_cache"],
+    prompt_cache_size: PromptCacheSize = D["prompt_cache_size"],
     threads: Threads = D["threads"],
     spec: Spec = D["spec"],
     draft: Draft = D["draft"],

@@ -39,6 +39,8 @@ from localspec.cli._common import (
     Verbose,
     settings_from_context,
     user_errors,
+    PromptCache,
+    PromptCacheSize,
 )
 from localspec.cli.completion import complete_model
 from localspec.defaults import DEFAULTS as D
@@ -103,6 +105,8 @@ def serve(
              "re-sending files and earlier answers drafts from them); 0 keeps none."),
     slots: Slots = DEFAULT_SLOTS,
     ctx_size: CtxSize = D["ctx_size"],
+    prompt_cache: PromptCache = D["prompt_cache"],
+    prompt_cache_size: PromptCacheSize = D["prompt_cache_size"],
     draft: Draft = D["draft"],
     spec: Spec = D["spec"],
     draft_max: DraftMax = D["draft_max"],
@@ -128,7 +132,7 @@ def serve(
 ) -> None:
     import uvicorn
 
-    from localspec.cli._models import quiet_hub_logs
+    from localspec.cli._models import quiet_hub_logs, show_library_notes
     from localspec.server import auth
     from localspec.fleet import Servable
     from localspec.server.app import ServerConfig, ServerState, create_app
@@ -158,6 +162,7 @@ def serve(
         engine.keep_texts(store_tokens)
 
     quiet_hub_logs(verbose)
+    show_library_notes(verbose)
     if models:
         servables = []
         for name in models:

@@ -163,6 +163,7 @@ class Model:
         from localspec.resolve.gguf_info import check_complete
 
         self.path = Path(path)
+        self.n_gpu_layers = n_gpu_layers
         check_complete(self.path)  # a cut file: one clear sentence, not llama.cpp's failure
         _init()
         params = lc.llama_model_default_params()
@@ -444,6 +445,8 @@ class Context:
         self.n_batch = n_batch
         self.n_threads = threads
         self._row_type = ctypes.c_float * model.n_vocab
+        #: the options that change what a saved sequence state means (prompt cache keys)
+        self.state_options = f"fa={params.flash_attn_type},gpu={int(model.n_gpu_layers > 0)}"
 
     def decode(self, batch: Batch) -> None:
         """Run the batch; raise KVFull when the cache has no room, DecodeError on failure.
@@ -485,6 +488,27 @@ class Context:
     def seq_pos_max(self, seq: int) -> int:
         """The last position a sequence holds in the KV cache; -1 when it holds none."""
         return int(lc.llama_memory_seq_pos_max(self._mem, seq))
+
+    def state_seq_get(self, seq: int) -> bytearray:
+        """The KV state of one sequence (its cells' positions and every layer's K and V),
+        as llama.cpp serialises it for ``state_seq_set``."""
+        size = lc.llama_state_seq_get_size(self._ptr, seq)
+        out = bytearray(size)
+        if size:
+            n = lc.llama_state_seq_get_data(self._ptr, (ctypes.c_uint8 * size).from_buffer(out), size, seq)
+            del out[n:]
+        return out
+
+    def state_seq_set(self, seq: int, state: bytearray) -> bool:
+        """Replace a sequence's KV with a saved state; False (the sequence left empty)
+        when llama.cpp refuses it (another model's, or no room in the cache)."""
+        if not state:
+            return False
+        buf = (ctypes.c_uint8 * len(state)).from_buffer(state)
+        if lc.llama_state_seq_set_data(self._ptr, buf, len(state), seq) == 0:
+            self.seq_rm(seq, -1, -1)
+            return False
+        return True
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):

@@ -21,6 +21,8 @@ class EngineConfig:
     draft_model: Path | None = None  # a GGUF with the target's tokenizer
     draft_gpu_layers: int = 0
     spec: SpecConfig = SpecConfig()  # for requests that do not bring their own
+    prompt_cache_dir: Path | None = None  # where long prompts' KV states are kept (None: not kept)
+    prompt_cache_size: int = 4 << 30  # bytes the folder may hold
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from localspec.engine import backend, beam, embed, intake
+from localspec.engine import promptcache
 from localspec.engine.config import DEFAULT_CTX, EngineConfig, SlotState
 from localspec.engine.constraint import Constraints
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
@@ -29,11 +30,22 @@ from localspec.errors import EngineClosed, InvalidRequest, LocalspecError
 from localspec.types import Constraint, FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
 
 @dataclass
+class _Saved:
+    """A prompt prefix's state read from the prompt cache, to load into a sequence."""
+
+    n: int  # leading prompt tokens it holds (and that are used)
+    state: bytearray
+    hit: promptcache.Hit
+
+
+@dataclass
 class _Job:
     request: Request
     prompt: list[int]
     stream: Stream
     spec: SpecConfig
+    saved: _Saved | None = None  # the target's, read from disk at submit
+    saved_draft: _Saved | None = None  # the draft model's
 
 
 @dataclass
@@ -89,6 +101,11 @@ class Engine:
             )
         elif self.spec.mode == "draft":
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
+        self.prompt_cache: promptcache.PromptCache | None = None
+        if config.prompt_cache_dir is not None:
+            self.prompt_cache = _prompt_cache(config, self.ctx)
+            if self.draft is not None:
+                self.draft.prompt_cache = _prompt_cache(config, self.draft.ctx)
         self.load_s = time.perf_counter() - t0
         self.constraints = Constraints(self.model)
         self.plan = None  # the memory plan and the settings, when opened by open_engine
@@ -156,17 +173,35 @@ class Engine:
         try:
             request, tokens, template = self._prepare(request)
             spec, thinking = intake.spec_for(request, self.spec, self.draft is not None), intake.opens_thinking(self.model, tokens)
+            saved, saved_draft = self._read_saved(tokens, request, spec) if n == 1 else (None, None)
             jobs = []
             for i in range(n):
                 seed = request.sampling.seed
                 choice = request if i == 0 or seed is None else replace(request, sampling=replace(request.sampling, seed=seed + i))
-                jobs.append(_Job(choice, tokens, Stream(self._wake, len(tokens), template, thinking), spec))
+                jobs.append(_Job(choice, tokens, Stream(self._wake, len(tokens), template, thinking), spec,
+                                 saved, saved_draft))
             self._inbox.put(jobs)
             return [job.stream for job in jobs]
         finally:
             with self._gate:
                 self._submitting -= 1
                 self._gate.notify_all()
+
+    def _read_saved(self, prompt: list[int], request: Request, spec: SpecConfig) -> tuple[_Saved | None, _Saved | None]:
+        """The longest prefix of the prompt saved on disk, for the target and the draft,
+        read here in the caller's thread (the engine thread only copies it in); nothing
+        where a slot already holds as long a prefix in memory."""
+        cache = self.prompt_cache
+        if cache is None or not request.cache_prompt or request.beams:
+            return None, None
+        in_memory = max(_common_prefix(list(s.tokens), prompt) for s in self._slots)  # a hint: the engine decides
+        out: list[_Saved | None] = []
+        for c in (cache, self.draft.prompt_cache if self.draft is not None and spec.mode in ("auto", "draft") else None):
+            hit = c.lookup(prompt, request.store_key) if c is not None else None
+            n = _aligned(min(hit.n, len(prompt) - 1), self.config.n_batch) if hit else 0
+            state = c.read(hit) if hit and n - in_memory >= promptcache.MIN_GAIN else None
+            out.append(_Saved(n, state, hit) if state is not None else None)
+        return out[0], out[1] if out[0] is not None else None
 
     def generate(self, request: Request) -> Result:
         """Run one request to the end (a convenience for scripts and tests)."""
@@ -196,6 +231,9 @@ class Engine:
         self._inbox.put(None)
         self._thread.join()
         self._batch.close()
+        for cache in (self.prompt_cache, self.draft.prompt_cache if self.draft is not None else None):
+            if cache is not None:
+                cache.close()  # the states still being written
         if self.policy.calibrated:
             costs_cache.save_cached(self._costs_key, self.policy.costs)
         if self.draft is not None:
@@ -339,6 +377,8 @@ class Engine:
         keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
         if follows is not None:
             keep = 0
+        elif job.request.cache_prompt:
+            keep = self._reuse(slot, job, keep)
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
         params = job.request.sampling
@@ -354,6 +394,49 @@ class Engine:
         slot.generated = 0
         slot.follows = follows
         slot.t_start = time.perf_counter()
+
+    def _reuse(self, slot: _Slot, job: _Job, keep: int) -> int:
+        """Start the slot from the longest prefix of the prompt at hand: its own cache
+        (``keep`` tokens), another slot's (shared: ``llama_memory_seq_cp``) or a state
+        read from the prompt cache (loaded). Returns the tokens its sequence now holds."""
+        prompt, saved = job.prompt, job.saved
+        donor = max((s for s in self._slots if s is not slot), default=None,
+                    key=lambda s: _common_prefix(s.tokens, prompt))
+        shared = min(_common_prefix(donor.tokens, prompt), len(prompt) - 1) if donor is not None else 0
+        if saved is not None and saved.n > max(keep, shared):
+            if self.ctx.state_seq_set(slot.seq, saved.state):
+                self.ctx.seq_rm(slot.seq, saved.n, -1)
+                slot.tokens[:] = prompt[: saved.n]
+                if self.draft is not None and job.saved_draft is not None:
+                    self.draft.restore(slot.seq, prompt[: job.saved_draft.n], job.saved_draft.state)
+                promptcache.log.info("prompt cache: %d of the prompt's %d tokens loaded from disk", saved.n, len(prompt))
+                return saved.n
+            slot.tokens.clear()  # llama.cpp refused it and left the sequence empty
+            self.prompt_cache.refused(saved.hit)
+            keep = 0
+        if shared > keep and shared >= promptcache.MIN_GAIN:
+            self.ctx.seq_rm(slot.seq, -1, -1)
+            self.ctx.seq_cp(donor.seq, slot.seq, 0, shared)
+            slot.tokens[:] = prompt[:shared]
+            if self.draft is not None:
+                self.draft.share(donor.seq, slot.seq, prompt[:shared])
+            return shared
+        return keep
+
+    def _keep_state(self, slot: _Slot) -> None:
+        """Save what the slot's sequence holds (a prompt just prefilled, or a prompt and
+        its answer) to the prompt cache, when it is long and no saved state covers it."""
+        cache, job = self.prompt_cache, slot.job
+        if cache is None or job is None or not job.request.cache_prompt or job.request.beams:
+            return
+        owner = job.request.store_key
+        try:
+            if cache.wants(slot.tokens, owner):
+                cache.save(list(slot.tokens), self.ctx.state_seq_get(slot.seq), owner)
+            if self.draft is not None:
+                self.draft.keep_state(slot.seq, slot.tokens, owner)
+        except Exception as exc:  # the cache never fails a request
+            promptcache.log.info("prompt cache: a state not saved: %r", exc)
 
     def _step(self) -> None:
         """One decode for every active slot: draft, then one target batch (pending tokens
@@ -393,6 +476,7 @@ class Engine:
                 self._advance(slot, first_row[slot.seq], proposals.get(slot.seq), slot is padded)
         for slot, row, _ in prefilled:
             if slot.active and row >= 0:
+                self._keep_state(slot)
                 for other in self._slots:
                     if other.active and other.follows is slot:
                         self._fork(slot, other, row)
@@ -533,6 +617,8 @@ class Engine:
         """End the slot's request: its Result is sent whatever fails on the way."""
         job, text = slot.job, slot.text
         assert job is not None and text is not None
+        if reason is not FinishReason.ERROR and slot.prefill_at == len(job.prompt) and slot.follows is None:
+            self._keep_state(slot)  # the prompt and its answer: a chat's next turn starts here
         slot.job = None  # first: a failure below must not finish it twice
         slot.follows = None
         try:
@@ -588,8 +674,21 @@ class Engine:
 _WAKE = object()
 
 
+def _prompt_cache(config: EngineConfig, ctx: backend.Context) -> promptcache.PromptCache:
+    identity = promptcache.Identity.of(ctx.model.path, backend.library_version(), config.kv_type, ctx.state_options)
+    return promptcache.PromptCache(config.prompt_cache_dir, identity, config.prompt_cache_size)
+
+
 def _message(exc: Exception) -> str:
     return exc.message if isinstance(exc, LocalspecError) else f"Internal error: {exc!r}"
+
+
+def _aligned(n: int, block: int) -> int:
+    """A restored prefix ends on a multiple of the batch size: a fresh prefill decodes the
+    prompt in blocks from position 0, and a state cut where one of them ends holds exactly
+    what that prefill computed (llama.cpp's rounding depends on a batch's layout; cut
+    elsewhere, a quantised model's greedy text could part from a fresh run's)."""
+    return n // block * block
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

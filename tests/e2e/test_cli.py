@@ -70,7 +70,7 @@ def test_prompt_from_file_and_stdin_are_joined(tiny_model: Path, tmp_path: Path)
     from localspec.engine import backend
 
     m = backend.Model(tiny_model)
-    expected = len(m.tokenize("head\nfrom the file\nfrom stdin", add_special=True, parse_special=True))
+    expected = len(m.tokenize("from the file\nfrom stdin\nhead", add_special=True, parse_special=True))
     assert json.loads(res.stdout)["usage"]["prompt_tokens"] == expected
 
 

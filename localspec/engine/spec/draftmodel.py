@@ -47,6 +47,7 @@ class DraftModel:
         )
         self._batch = backend.Batch(n_batch)
         self._tokens: list[list[int]] = [[] for _ in range(n_slots)]  # what each seq's KV holds
+        self.prompt_cache = None  # a promptcache.PromptCache of its own, set by the engine
 
     def draft(self, jobs: list[DraftJob], on_step: Callable[[float], None]) -> int:
         """Fill each job's drafts (up to its k; fewer when the draft's confidence drops
@@ -111,6 +112,37 @@ class DraftModel:
             best = min(best, time.perf_counter() - t0)
             self.forget(seq)
         return best
+
+    def restore(self, seq: int, tokens: list[int], state: bytearray) -> None:
+        """Load a saved state of ``tokens`` (or more) into the sequence, where it holds fewer."""
+        if len(tokens) <= self.cached(seq, tokens):
+            return
+        if self.ctx.state_seq_set(seq, state):
+            self.ctx.seq_rm(seq, len(tokens), -1)
+            self._tokens[seq][:] = tokens
+        else:
+            self._tokens[seq].clear()
+
+    def share(self, src: int, dst: int, tokens: list[int]) -> None:
+        """Give ``dst`` the prefix of ``tokens`` that ``src`` holds, where it is longer than its own."""
+        n = self.cached(src, tokens)
+        if n > self.cached(dst, tokens):
+            self.forget(dst)
+            self.ctx.seq_cp(src, dst, 0, n)
+            self._tokens[dst][:] = tokens[:n]
+
+    def keep_state(self, seq: int, tokens: list[int], owner: str) -> None:
+        """Save the sequence's state, cut to what it shares with the target's ``tokens``
+        (its rejected drafts go), when the prompt cache wants it."""
+        cache, have = self.prompt_cache, self._tokens[seq]
+        if cache is None:
+            return
+        n = _common_prefix(have, tokens)
+        if n < len(have):
+            self.ctx.seq_rm(seq, n, -1)
+            del have[n:]
+        if cache.wants(have, owner):
+            cache.save(list(have), self.ctx.state_seq_get(seq), owner)
 
     def forget(self, seq: int) -> None:
         self.ctx.seq_rm(seq, -1, -1)

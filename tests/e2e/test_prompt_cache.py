@@ -1,0 +1,223 @@
+"""The prompt cache on disk (engine/promptcache.py) with real llama.cpp: long prompts'
+KV states saved, found by their longest shared prefix, loaded losslessly, and every
+damaged or foreign file removed and prefilled instead."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from localspec.engine import Engine, EngineConfig, promptcache
+from localspec.types import Message, Request, SamplingParams, SpecConfig
+from tinymodels import TinySpec, write_tiny_model
+
+GREEDY = SamplingParams(temperature=0.0)
+# ~1,150 tokens on the tiny byte-level vocabulary (MIN_TOKENS is 512); a restored prefix
+# ends on a multiple of the batch size (512): DOC's is 1,024 tokens
+DOC = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(28))
+BLOCK = 512
+
+
+def engine(model: Path, cache: Path | None, **kw) -> Engine:
+    return Engine(model, EngineConfig(n_ctx=2048, prompt_cache_dir=cache, **kw))
+
+
+def ask(model: Path, cache: Path | None, prompt: str, max_tokens: int = 24, key: str = "", **kw):
+    with engine(model, cache, **kw) as e:
+        return e.generate(Request(prompt=prompt, sampling=GREEDY, max_tokens=max_tokens, store_key=key))
+
+
+def states(cache: Path) -> list[Path]:
+    return sorted(cache.rglob("*.state"))
+
+
+def test_a_long_prompt_is_saved_and_the_next_process_loads_it(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    first = ask(tiny_model, cache, DOC + "Q: one?")
+    assert first.usage.cached_tokens == 0 and len(states(cache)) == 1
+    again = ask(tiny_model, cache, DOC + "Q: one?")
+    assert again.usage.cached_tokens == (first.usage.prompt_tokens - 1) // BLOCK * BLOCK == 1024
+    assert again.text == first.text
+
+
+def test_the_longest_saved_prefix_is_found_a_leading_part_or_none(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, DOC + "Q: one?")
+    longer = DOC + "more text that the first prompt did not have. " * 12
+    ask(tiny_model, cache, longer + "Q: two?")  # shares DOC, adds 400+ tokens: saved too
+    assert len(states(cache)) == 2
+    with engine(tiny_model, cache) as e:
+        assert len(e.prepare(Request(prompt=DOC))[0]) < 1536 < len(e.prepare(Request(prompt=longer))[0])
+    part = ask(tiny_model, cache, DOC + "Q: another question?")
+    assert part.usage.cached_tokens == 1024  # DOC's leading part
+    deeper = ask(tiny_model, cache, longer + "Q: three?")
+    assert deeper.usage.cached_tokens == 1536  # from the longer state, not DOC's
+    none = ask(tiny_model, cache, "something else entirely. " * 30)
+    assert none.usage.cached_tokens == 0
+
+
+def test_a_restored_prefix_gives_the_fresh_prefills_text(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, DOC + "Q: one?")
+    for question in ("Q: two?", "Q: what comes after line 13?"):
+        fresh = ask(tiny_model, None, DOC + question, max_tokens=64)
+        restored = ask(tiny_model, cache, DOC + question, max_tokens=64)
+        assert restored.usage.cached_tokens > 500
+        assert restored.text == fresh.text
+
+
+@pytest.mark.parametrize("mode", ["ngram", "draft"])
+def test_lossless_with_speculation_and_the_drafts_own_state(tiny_model: Path, tiny_draft: Path, tmp_path: Path,
+                                                            mode: str):
+    cache = tmp_path / "prompts"
+    spec = SpecConfig(mode=mode, draft_max=4)
+    kw = {"draft_model": tiny_draft, "spec": spec}
+    first = ask(tiny_model, cache, DOC + "Q: one?", max_tokens=48, **kw)
+    fresh = ask(tiny_model, None, DOC + "Q: two?", max_tokens=48, **kw)
+    with engine(tiny_model, cache, **kw) as e:
+        restored = e.generate(Request(prompt=DOC + "Q: two?", sampling=GREEDY, max_tokens=48))
+        draft_tokens = e.draft.cached(0, e.prepare(Request(prompt=DOC))[0])
+    assert restored.usage.cached_tokens > 500 and restored.text == fresh.text
+    assert first.text
+    if mode == "draft":  # the draft model's context was saved and loaded as well
+        assert len({p.parent for p in states(cache)}) == 2
+        assert draft_tokens >= 500
+
+
+def test_smollm2_restored_equals_fresh(smollm2: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    doc = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n\n" for i in range(40))
+    messages = lambda q: Request(messages=[Message("user", doc + q)], sampling=GREEDY, max_tokens=40)  # noqa: E731
+    with Engine(smollm2, EngineConfig(n_ctx=2048, prompt_cache_dir=cache)) as e:
+        e.generate(messages("What does f3 return for 2?"))
+    with Engine(smollm2, EngineConfig(n_ctx=2048, prompt_cache_dir=cache)) as e:
+        restored = e.generate(messages("Which function adds 21?"))
+    with Engine(smollm2, EngineConfig(n_ctx=2048)) as e:
+        fresh = e.generate(messages("Which function adds 21?"))
+    assert restored.usage.cached_tokens > 500
+    assert restored.text == fresh.text
+
+
+def _damage_and_ask(tiny_model: Path, cache: Path, damage) -> tuple:
+    first = ask(tiny_model, cache, DOC + "Q: one?")
+    [path] = states(cache)
+    damage(path)
+    again = ask(tiny_model, cache, DOC + "Q: one?")
+    return first, again, path
+
+
+def test_a_truncated_file_is_removed_and_the_prompt_prefilled(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    first, again, path = _damage_and_ask(tiny_model, cache, lambda p: os.truncate(p, p.stat().st_size - 100))
+    assert again.usage.cached_tokens == 0 and again.text == first.text
+    assert len(states(cache)) == 1 and states(cache)[0].stat().st_size > path.stat().st_size - 200  # saved anew, whole
+
+
+def test_a_flipped_byte_is_caught_by_the_checksum(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+
+    def flip(p: Path) -> None:
+        data = bytearray(p.read_bytes())
+        data[-5000] ^= 0x40
+        p.write_bytes(bytes(data))
+
+    first, again, path = _damage_and_ask(tiny_model, cache, flip)
+    assert again.usage.cached_tokens == 0 and again.text == first.text
+    again2 = ask(tiny_model, cache, DOC + "Q: one?")  # the new file, whole, is loaded
+    assert again2.usage.cached_tokens > 500
+
+
+def test_a_damaged_header_is_removed(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    first, again, _ = _damage_and_ask(tiny_model, cache, lambda p: p.write_bytes(b"LSPROMPT" + p.read_bytes()[8:40]))
+    assert again.usage.cached_tokens == 0 and again.text == first.text
+
+
+def test_another_model_at_the_same_path_never_loads_the_old_state(tmp_path: Path):
+    model = write_tiny_model(tmp_path / "m.gguf", TinySpec(seed=3))
+    cache = tmp_path / "prompts"
+    ask(model, cache, DOC + "Q: one?")
+    [old] = states(cache)
+    before = old.read_bytes()
+    write_tiny_model(model, TinySpec(seed=4))  # same name, other weights
+    fresh = ask(model, None, DOC + "Q: one?")
+    again = ask(model, cache, DOC + "Q: one?")
+    assert again.usage.cached_tokens == 0 and again.text == fresh.text
+    assert states(cache) == [old] and old.read_bytes() != before  # removed, then saved anew for the new model
+
+
+def test_another_kv_type_never_loads_the_state(tmp_path: Path):
+    model = write_tiny_model(tmp_path / "wide.gguf", TinySpec(seed=5, n_embd=256, n_head=4, n_head_kv=2))  # head 64
+    cache = tmp_path / "prompts"
+    ask(model, cache, DOC + "Q: one?")
+    [old] = states(cache)
+    before = old.read_bytes()
+    quantised = ask(model, cache, DOC + "Q: one?", kv_type="q8_0")
+    assert quantised.usage.cached_tokens == 0
+    assert len(states(cache)) == 1 and old.read_bytes() != before  # the f16 state went; a q8_0 one came
+    assert ask(model, cache, DOC + "Q: one?", kv_type="q8_0").usage.cached_tokens == 1024
+
+
+def test_one_api_keys_prompts_are_never_loaded_for_another(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, DOC + "Q: one?", key="alice")
+    assert ask(tiny_model, cache, DOC + "Q: one?", key="bob").usage.cached_tokens == 0
+    assert ask(tiny_model, cache, DOC + "Q: one?", key="alice").usage.cached_tokens > 500
+
+
+def test_eviction_keeps_the_cache_under_its_size(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, DOC + "Q: one?")
+    one = states(cache)[0].stat().st_size
+    limit = int(one * 2.5)
+    with engine(tiny_model, cache, prompt_cache_size=limit) as e:
+        for i in range(5):
+            e.generate(Request(prompt=f"{i} unrelated text number {i}. " * 30, sampling=GREEDY, max_tokens=4))
+            e.generate(Request(prompt="pad", sampling=GREEDY, max_tokens=1))  # the slot forgets prompt i
+    sizes = [p.stat().st_size for p in states(cache)]
+    assert sum(sizes) <= limit and 2 <= len(sizes) < 6
+    with engine(tiny_model, cache, prompt_cache_size=1 << 30) as e:  # a bigger limit: nothing more goes
+        newest = e.generate(Request(prompt="4 unrelated text number 4. " * 30, sampling=GREEDY, max_tokens=4))
+        oldest = e.generate(Request(prompt="0 unrelated text number 0. " * 30, sampling=GREEDY, max_tokens=4))
+        first = e.generate(Request(prompt=DOC + "Q: one?", sampling=GREEDY, max_tokens=4))
+    assert newest.usage.cached_tokens == 512  # the least recently used went first
+    assert oldest.usage.cached_tokens < 512 and first.usage.cached_tokens < 512  # (a token or two: the slot's own)
+
+
+def test_an_unwritable_cache_folder_never_fails_a_request(tiny_model: Path, tmp_path: Path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = ask(tiny_model, blocker / "prompts", DOC + "Q: one?")
+    assert result.finish_reason.value == "length" and result.text
+
+
+def test_two_writers_of_one_entry_leave_one_valid_file(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, DOC + "Q: one?")
+    [path] = states(cache)
+    with engine(tiny_model, cache) as e:
+        tokens = e.prepare(Request(prompt=DOC + "Q: one?"))[0]
+        hit = e.prompt_cache.lookup(tokens)
+        state = e.prompt_cache.read(hit)
+    path.unlink()
+    caches = [promptcache.PromptCache(cache, e.prompt_cache.identity) for _ in range(4)]
+    threads = [threading.Thread(target=c.save, args=(tokens, bytearray(state))) for c in caches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for c in caches:
+        c.close()
+    assert len(states(cache)) == 1 and not list(cache.rglob(".tmp-*"))
+    assert ask(tiny_model, cache, DOC + "Q: one?").usage.cached_tokens == 1024
+
+
+def test_short_prompts_and_cache_prompt_false_write_nothing(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, "a short prompt")
+    with engine(tiny_model, cache) as e:
+        e.generate(Request(prompt=DOC, sampling=GREEDY, max_tokens=4, cache_prompt=False))
+    assert states(cache) == []
