@@ -134,12 +134,22 @@ class Conversation:
                 "spec": self.spec if isinstance(self.spec, str) or self.spec is None else asdict(self.spec),
                 "settings": settings or {}}
 
-    def save(self, path: str | Path, settings: dict[str, Any] | None = None) -> None:
+    def save(self, path: str | Path, settings: dict[str, Any] | None = None) -> int:
+        """Write the history and settings to ``path``, and keep the history's KV state in
+        the engine's prompt cache, so that loading it later prefills only what follows.
+        Returns the tokens of state kept (0: none, the cache being off or the history short)."""
         data = json.dumps(self.to_json(settings), ensure_ascii=False, indent=2)
         try:
             Path(path).expanduser().write_text(data + "\n", encoding="utf-8")
         except OSError as exc:
             raise LocalspecError(f"Cannot write {path}: {exc.strerror}.") from None
+        keep = getattr(self.engine, "keep_state", None)
+        if keep is None or not self.turns:
+            return 0
+        try:
+            return keep(self._request())
+        except LocalspecError:
+            return 0
 
     def load(self, path: str | Path) -> dict[str, Any]:
         """Replace the history, system prompt and settings with those saved in ``path``;
@@ -168,6 +178,19 @@ class Conversation:
             turns, data.get("system"), sampling, spec, max_tokens)
         self.last = None
         return dict(data.get("settings") or {})
+
+
+def saved_path(name: str) -> Path:
+    """Where ``/save NAME`` and ``chat --resume NAME`` keep a conversation: a bare name
+    (no folder, no .json) is a file in the user's data folder, anything else a path."""
+    import os
+
+    if "/" in name or os.sep in name or name.endswith(".json") or name.startswith((".", "~")):
+        return Path(name).expanduser()
+    import platformdirs
+
+    base = Path(os.environ.get("LOCALSPEC_DATA_DIR") or platformdirs.user_data_dir("localspec"))
+    return base / "chats" / f"{name}.json"
 
 
 def _turn_json(turn: Turn) -> dict[str, Any]:

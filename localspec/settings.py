@@ -88,7 +88,7 @@ class Settings(BaseModel):
     threads: Optional[Annotated[int, Field(ge=1)]] = None
     # long prompts' KV states kept on disk (engine/promptcache.py)
     prompt_cache: bool = D["prompt_cache"]
-    prompt_cache_size: Annotated[int, BeforeValidator(_size), Field(ge=0)] = D["prompt_cache_size"]
+    prompt_cache_size: Annotated[int, BeforeValidator(_size), Field(ge=0, validate_default=True)] = D["prompt_cache_size"]
     # provenance, not settings
     sources: dict[str, str] = Field(default_factory=dict, exclude=True)
     profile: Optional[str] = Field(default=None, exclude=True)

@@ -16,9 +16,12 @@ os.environ["LOCALSPEC_NO_COST_CACHE"] = "1"
 # Long prompts' states go to a folder of the test run's own, never the user's cache
 # (the prompt cache's tests give their engines folders of their own).
 if "LOCALSPEC_PROMPT_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["LOCALSPEC_PROMPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="localspec-prompts-")
+    atexit.register(shutil.rmtree, os.environ["LOCALSPEC_PROMPT_CACHE_DIR"], True)
 
 
 @pytest.fixture(scope="session")

@@ -67,8 +67,8 @@ COMMANDS = {
     "/help": "this list",
     "/system TEXT": "set the system prompt (empty: none)",
     "/reset": "forget the conversation",
-    "/save FILE": "save the conversation and its settings as JSON",
-    "/load FILE": "load a saved conversation",
+    "/save NAME": "save the conversation, its settings and its KV state (NAME: a name, or a .json path)",
+    "/load NAME": "load a saved conversation (chat --resume NAME does at start)",
     "/stats": "the last answer: tokens, speed, reused prompt, speculation",
     "/spec MODE": f"speculation: {', '.join(MODES)}",
     "/set KEY VALUE": f"change a setting: {', '.join(SETTABLE)}, show_draft (on/off)",
@@ -185,22 +185,29 @@ class Chat:
         self.say_line("Conversation cleared.")
 
     def _cmd_save(self, arg: str) -> None:
-        if not arg:
-            raise LocalspecError("Usage: /save FILE")
-        self.conversation.save(arg, {k: getattr(self.settings, k) for k in SAVED})
-        self.say_line(f"Saved {len(self.conversation.turns)} messages to {arg}.")
+        from localspec.conversation import saved_path
 
-    def _cmd_load(self, arg: str) -> None:
+        if not arg:
+            raise LocalspecError("Usage: /save NAME")
+        path = saved_path(arg)
+        if path.parent != Path(".") and not path.parent.exists() and path.parent.name == "chats":
+            path.parent.mkdir(parents=True, exist_ok=True)
+        kept = self.conversation.save(path, {k: getattr(self.settings, k) for k in SAVED})
+        also = f" (and its KV state, {kept} tokens)" if kept else ""
+        self.say_line(f"Saved {len(self.conversation.turns)} messages to {arg}{also}.")
+
+    def _cmd_load(self, arg: str, verb: str = "Loaded") -> None:
+        from localspec.conversation import saved_path
         from localspec.settings import SettingError, updated
 
         if not arg:
-            raise LocalspecError("Usage: /load FILE")
-        saved = self.conversation.load(arg)
+            raise LocalspecError("Usage: /load NAME")
+        saved = self.conversation.load(saved_path(arg))
         try:
             self.apply(updated(self.settings, {k: v for k, v in saved.items() if k in SAVED}, f"file {arg}"))
         except SettingError as exc:
             raise LocalspecError(f"{arg}: {exc.key} {exc.problem}.") from None
-        self.say_line(f"Loaded {len(self.conversation.turns)} messages from {arg}.")
+        self.say_line(f"{verb} {len(self.conversation.turns)} messages from {arg}.")
 
     def _cmd_stats(self, _arg: str) -> None:
         result = self.conversation.last
@@ -451,6 +458,9 @@ def chat(
         False, "--show-draft", help="Colour the tokens that came from accepted drafts (on a terminal)."),
     plain: bool = typer.Option(False, "--plain", help="Print answers as plain text, not Markdown."),
     stats: bool = typer.Option(False, "--stats", help="After each answer, a line with its speed and drafted tokens."),
+    resume: Optional[str] = typer.Option(
+        None, "--resume", metavar="NAME", help="Go on with a conversation kept with /save NAME (its KV state "
+                                               "too: the history is not prefilled again)."),
     verbose: Verbose = False,
     offline: Offline = False,
 ) -> None:
@@ -465,6 +475,8 @@ def chat(
         conversation = Conversation(engine, system=s.system, note=terminal.note)
         state = Chat(engine, s, conversation, markdown=markdown, show_draft=show_draft, stats=stats)
         state.apply(s)
+        if resume is not None:
+            state._cmd_load(resume, "Resumed")
         t0 = time.perf_counter()
         (_terminal_loop if interactive else _line_loop)(state)
         if verbose:

@@ -122,7 +122,7 @@ class PromptCache:
         self.root, self.identity, self.limit = Path(root), identity, limit
         self._index: dict[Path, _Entry] = {}
         self._lock = threading.RLock()
-        self._writes: queue.SimpleQueue[tuple[str, np.ndarray, bytearray] | None] = queue.SimpleQueue()
+        self._writes: queue.SimpleQueue[tuple[str, np.ndarray, bytearray] | threading.Event | None] = queue.SimpleQueue()
         self._pending = 0
         self._queued: list[tuple[str, np.ndarray]] = []  # written soon: they count as covered
         self._refused: set[Path] = set()  # llama.cpp would not load these (in this process)
@@ -158,9 +158,10 @@ class PromptCache:
         saved = [e.tokens for e in self._scan(self.folder(owner)).values()]
         return max((_common(want, t) for t in saved + queued), default=0)
 
-    def wants(self, tokens: list[int], owner: str = "") -> bool:
-        """Whether a state of ``tokens`` is worth writing (long, and not yet covered)."""
-        return len(tokens) >= MIN_TOKENS and len(tokens) - self.covered(tokens, owner) >= STEP_TOKENS
+    def wants(self, tokens: list[int], owner: str = "", step: int = STEP_TOKENS) -> bool:
+        """Whether a state of ``tokens`` is worth writing: long, and at least ``step``
+        tokens past what the saved states cover."""
+        return len(tokens) >= MIN_TOKENS and len(tokens) - self.covered(tokens, owner) >= step
 
     def _scan(self, folder: Path) -> dict[Path, _Entry]:
         """The folder's entries (their tokens read once per file and kept), dropping
@@ -283,6 +284,15 @@ class PromptCache:
         self._writes.put((owner, ids, state))
         return True
 
+    def flush(self) -> None:
+        """Wait for the writes queued so far."""
+        with self._lock:
+            writer = self._writer
+        if writer is not None:
+            done = threading.Event()
+            self._writes.put(done)
+            done.wait()
+
     def close(self) -> None:
         """Wait for the queued writes (a ``run`` ends only once its prompt is kept)."""
         with self._lock:
@@ -294,6 +304,9 @@ class PromptCache:
 
     def _write_all(self) -> None:
         while (item := self._writes.get()) is not None:
+            if isinstance(item, threading.Event):  # flush(): all before it is written
+                item.set()
+                continue
             owner, tokens, state = item
             try:
                 self._write(self.folder(owner), tokens, state)

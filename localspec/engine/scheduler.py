@@ -39,6 +39,16 @@ class _Saved:
 
 
 @dataclass
+class _Keep:
+    """keep_state's errand for the engine thread."""
+
+    tokens: list[int]
+    owner: str
+    done: threading.Event = field(default_factory=threading.Event)
+    kept: int = 0
+
+
+@dataclass
 class _Job:
     request: Request
     prompt: list[int]
@@ -63,6 +73,7 @@ class _Slot:
     t_first: float = 0.0
     spec: SpecState | None = None  # None: this request runs plain
     follows: _Slot | None = None  # another choice of the same prompt: its KV is copied from there
+    owner: str = ""  # the store key whose request filled ``tokens``: no other key's request reuses them
 
     @property
     def active(self) -> bool:
@@ -194,7 +205,8 @@ class Engine:
         cache = self.prompt_cache
         if cache is None or not request.cache_prompt or request.beams:
             return None, None
-        in_memory = max(_common_prefix(list(s.tokens), prompt) for s in self._slots)  # a hint: the engine decides
+        in_memory = max((_common_prefix(list(s.tokens), prompt) for s in self._slots if s.owner == request.store_key),
+                        default=0)  # a hint read from this thread: the engine thread decides
         out: list[_Saved | None] = []
         for c in (cache, self.draft.prompt_cache if self.draft is not None and spec.mode in ("auto", "draft") else None):
             hit = c.lookup(prompt, request.store_key) if c is not None else None
@@ -202,6 +214,22 @@ class Engine:
             state = c.read(hit) if hit and n - in_memory >= promptcache.MIN_GAIN else None
             out.append(_Saved(n, state, hit) if state is not None else None)
         return out[0], out[1] if out[0] is not None else None
+
+    def keep_state(self, request: Request) -> int:
+        """Save now, to the prompt cache, the KV an idle slot holds of this request's
+        prompt (a chat's history on /save), however few tokens it adds; returns how many
+        tokens are kept (0: the cache is off, or the prompt is short or held nowhere)."""
+        if self.prompt_cache is None:
+            return 0
+        tokens = self._prepare(request)[1]
+        errand = _Keep(tokens, request.store_key)
+        self._inbox.put(errand)
+        if not errand.done.wait(60):
+            return 0
+        for cache in (self.prompt_cache, self.draft.prompt_cache if self.draft is not None else None):
+            if cache is not None:
+                cache.flush()
+        return errand.kept
 
     def generate(self, request: Request) -> Result:
         """Run one request to the end (a convenience for scripts and tests)."""
@@ -335,6 +363,8 @@ class Engine:
                     return False
                 if isinstance(item, list):
                     self._waiting.append(item)
+                elif isinstance(item, _Keep):
+                    self._keep_now(item)
                 item = self._inbox.get_nowait()
         except queue.Empty:
             return True
@@ -375,6 +405,9 @@ class Engine:
         if job.spec.mode != "off":
             self._calibrate(job.spec.draft_max)
         keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
+        if slot.owner != job.request.store_key:  # one API key never starts from another's prompt
+            keep = 0
+        slot.owner = job.request.store_key
         if follows is not None:
             keep = 0
         elif job.request.cache_prompt:
@@ -400,7 +433,7 @@ class Engine:
         (``keep`` tokens), another slot's (shared: ``llama_memory_seq_cp``) or a state
         read from the prompt cache (loaded). Returns the tokens its sequence now holds."""
         prompt, saved = job.prompt, job.saved
-        donor = max((s for s in self._slots if s is not slot), default=None,
+        donor = max((s for s in self._slots if s is not slot and s.owner == slot.owner), default=None,
                     key=lambda s: _common_prefix(s.tokens, prompt))
         shared = min(_common_prefix(donor.tokens, prompt), len(prompt) - 1) if donor is not None else 0
         if saved is not None and saved.n > max(keep, shared):
@@ -437,6 +470,27 @@ class Engine:
                 self.draft.keep_state(slot.seq, slot.tokens, owner)
         except Exception as exc:  # the cache never fails a request
             promptcache.log.info("prompt cache: a state not saved: %r", exc)
+
+    def _keep_now(self, errand: _Keep) -> None:
+        """keep_state on the engine thread: the idle slot holding most of the tokens is cut
+        to what it shares with them (an answer's last token, not yet decoded, goes) and saved."""
+        try:
+            idle = [s for s in self._slots if not s.active]
+            slot = max(idle, key=lambda s: _common_prefix(s.tokens, errand.tokens), default=None)
+            n = _common_prefix(slot.tokens, errand.tokens) if slot is not None else 0
+            if slot is None or n < promptcache.MIN_TOKENS:
+                return
+            self.ctx.seq_rm(slot.seq, n, -1)
+            del slot.tokens[n:]
+            if self.prompt_cache.wants(slot.tokens, errand.owner, step=1):
+                self.prompt_cache.save(list(slot.tokens), self.ctx.state_seq_get(slot.seq), errand.owner)
+            if self.draft is not None:
+                self.draft.keep_state(slot.seq, slot.tokens, errand.owner, step=1)
+            errand.kept = n
+        except Exception as exc:  # the cache never fails a request
+            promptcache.log.info("prompt cache: a state not saved: %r", exc)
+        finally:
+            errand.done.set()
 
     def _step(self) -> None:
         """One decode for every active slot: draft, then one target batch (pending tokens

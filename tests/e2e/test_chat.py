@@ -189,3 +189,27 @@ def test_a_thinking_models_reasoning_is_folded_and_unfolds_on_request(tmp_path: 
     assert "thought for" not in unfolded and unfolded.strip()
     child.sendcontrol("d")
     child.expect(pexpect.EOF)
+
+
+def test_save_name_keeps_the_kv_and_resume_answers_as_the_uninterrupted_chat(smollm2: Path, tmp_path: Path):
+    """/save NAME keeps the history's KV state in the prompt cache; chat --resume NAME in
+    a new process answers the next question as the chat that never stopped, having
+    prefilled only the new turn (and what follows the last 512-token block)."""
+    doc = " ".join(f"Item {i} costs {i * 3} euros." for i in range(90))  # ~900 tokens
+    child = spawn(smollm2, tmp_path, "-n", "16", "--stats", "--plain", "--spec", "off")
+    ask(child, doc + " How much does item 7 cost?")
+    command(child, "/save shop", r"Saved 2 messages to shop \(and its KV state, \d{3,} tokens\)")
+    want = _plain(ask(child, "And item 12?"))
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    assert (tmp_path / "data" / "chats" / "shop.json").is_file()
+
+    again = spawn(smollm2, tmp_path, "--stats", "--plain", "--resume", "shop")
+    got = _plain(ask(again, "And item 12?"))
+    again.sendline("/stats")
+    again.expect(r"(\d+) reused")
+    reused = int(again.match.group(1))
+    again.sendline("/exit")
+    again.expect(pexpect.EOF)
+    assert got.rsplit("And item 12?", 1)[-1].strip() == want.rsplit("And item 12?", 1)[-1].strip()
+    assert reused >= 512

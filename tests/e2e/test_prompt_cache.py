@@ -4,7 +4,10 @@ damaged or foreign file removed and prefilled instead."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -21,8 +24,14 @@ DOC = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i 
 BLOCK = 512
 
 
+OFF = SpecConfig(mode="off")
+
+
 def engine(model: Path, cache: Path | None, **kw) -> Engine:
-    return Engine(model, EngineConfig(n_ctx=2048, prompt_cache_dir=cache, **kw))
+    """Plain decoding unless a test asks for speculation: whether a draft is placed
+    depends on timings, and a batch of another size may round otherwise (the cache's own
+    exactness is what these tests check)."""
+    return Engine(model, EngineConfig(n_ctx=2048, prompt_cache_dir=cache, **{"spec": OFF, **kw}))
 
 
 def ask(model: Path, cache: Path | None, prompt: str, max_tokens: int = 24, key: str = "", **kw):
@@ -91,11 +100,11 @@ def test_smollm2_restored_equals_fresh(smollm2: Path, tmp_path: Path):
     cache = tmp_path / "prompts"
     doc = "".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n\n" for i in range(40))
     messages = lambda q: Request(messages=[Message("user", doc + q)], sampling=GREEDY, max_tokens=40)  # noqa: E731
-    with Engine(smollm2, EngineConfig(n_ctx=2048, prompt_cache_dir=cache)) as e:
+    with engine(smollm2, cache) as e:
         e.generate(messages("What does f3 return for 2?"))
-    with Engine(smollm2, EngineConfig(n_ctx=2048, prompt_cache_dir=cache)) as e:
+    with engine(smollm2, cache) as e:
         restored = e.generate(messages("Which function adds 21?"))
-    with Engine(smollm2, EngineConfig(n_ctx=2048)) as e:
+    with engine(smollm2, None) as e:
         fresh = e.generate(messages("Which function adds 21?"))
     assert restored.usage.cached_tokens > 500
     assert restored.text == fresh.text
@@ -221,3 +230,82 @@ def test_short_prompts_and_cache_prompt_false_write_nothing(tiny_model: Path, tm
     with engine(tiny_model, cache) as e:
         e.generate(Request(prompt=DOC, sampling=GREEDY, max_tokens=4, cache_prompt=False))
     assert states(cache) == []
+
+
+# ---------------------------------------------------------------- the front ends
+
+CLI = [sys.executable, "-m", "localspec"]
+
+
+def cli(*args: str, cache: Path, env: dict[str, str] | None = None, stdin: str | None = None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, input=stdin,
+                          env={**os.environ, "LOCALSPEC_PROMPT_CACHE_DIR": str(cache), **(env or {})})
+
+
+def test_a_second_run_on_the_same_file_starts_from_its_saved_prefix(tiny_model: Path, tmp_path: Path):
+    """With no flags: run saves the file's prefix; another question about it loads it."""
+    cache, doc = tmp_path / "prompts", tmp_path / "doc.txt"
+    doc.write_text(DOC)
+    first = cli("run", str(tiny_model), "Q: which line is first?", "-f", str(doc), "--json", "-n", "8",
+                "--temperature", "0", cache=cache)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["usage"]["cached_tokens"] == 0 and len(states(cache)) == 1
+    second = cli("run", str(tiny_model), "Q: and the last?", "--json", "-n", "8", "--temperature", "0", "-v",
+                 cache=cache, stdin=DOC)  # the same text, piped this time
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["usage"]["cached_tokens"] == 1024
+    assert "1024 of the prompt's" in second.stderr and "loaded from disk" in second.stderr
+    fresh = cli("run", str(tiny_model), "Q: and the last?", "--json", "-n", "8", "--temperature", "0",
+                "--no-prompt-cache", cache=tmp_path / "unused", stdin=DOC)
+    assert json.loads(fresh.stdout)["text"] == json.loads(second.stdout)["text"]
+    assert not (tmp_path / "unused").exists()
+
+
+def test_the_prompt_cache_turns_off_by_flag_or_variable(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    for how in (["--no-prompt-cache"], ["--prompt-cache-size", "0"]):
+        res = cli("run", str(tiny_model), DOC, "-n", "2", *how, cache=cache)
+        assert res.returncode == 0, res.stderr
+    res = cli("run", str(tiny_model), DOC, "-n", "2", cache=cache, env={"LOCALSPEC_NO_PROMPT_CACHE": "1"})
+    assert res.returncode == 0 and not cache.exists()
+    bad = cli("run", str(tiny_model), DOC, "-n", "2", "--prompt-cache-size", "lots", cache=cache)
+    assert bad.returncode == 2 and "--prompt-cache-size" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_damaged_file_is_one_note_at_verbose_and_the_run_succeeds(tiny_model: Path, tmp_path: Path):
+    cache = tmp_path / "prompts"
+    cli("run", str(tiny_model), DOC, "-n", "2", cache=cache)
+    [path] = states(cache)
+    os.truncate(path, 4000)
+    res = cli("run", str(tiny_model), DOC, "-n", "2", "-v", "--json", cache=cache)
+    assert res.returncode == 0 and json.loads(res.stdout)["usage"]["cached_tokens"] == 0
+    assert f"removed {path.name}" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_restarted_server_keeps_each_keys_contexts(tiny_model: Path, tmp_path: Path):
+    from .test_serve import Server
+
+    env = {"LOCALSPEC_PROMPT_CACHE_DIR": str(tmp_path / "prompts")}
+    messages = [{"role": "system", "content": DOC}, {"role": "user", "content": "What is line 3?"}]
+
+    def ask_as(srv: Server, key: str) -> tuple[int, str]:
+        r = srv.client(api_key=key).chat.completions.create(model="tiny", messages=messages, max_tokens=8,
+                                                             temperature=0)
+        return r.usage.prompt_tokens_details.cached_tokens, r.choices[0].message.content
+
+    args = ("--ctx-size", "2048", "--alias", "tiny", "--api-key", "alice", "--api-key", "bob")
+    srv = Server(tiny_model, *args, env=env)
+    try:
+        srv.wait_ready()
+        cached, first = ask_as(srv, "alice")
+        assert cached == 0
+    finally:
+        assert srv.stop() == 0
+    srv = Server(tiny_model, *args, env=env)
+    try:
+        srv.wait_ready()
+        assert ask_as(srv, "bob")[0] == 0  # alice's context is hers alone
+        cached, again = ask_as(srv, "alice")
+        assert cached >= 1024 and again == first
+    finally:
+        srv.stop()

@@ -131,7 +131,7 @@ class DraftModel:
             self.ctx.seq_cp(src, dst, 0, n)
             self._tokens[dst][:] = tokens[:n]
 
-    def keep_state(self, seq: int, tokens: list[int], owner: str) -> None:
+    def keep_state(self, seq: int, tokens: list[int], owner: str, step: int | None = None) -> None:
         """Save the sequence's state, cut to what it shares with the target's ``tokens``
         (its rejected drafts go), when the prompt cache wants it."""
         cache, have = self.prompt_cache, self._tokens[seq]
@@ -141,7 +141,7 @@ class DraftModel:
         if n < len(have):
             self.ctx.seq_rm(seq, n, -1)
             del have[n:]
-        if cache.wants(have, owner):
+        if cache.wants(have, owner) if step is None else cache.wants(have, owner, step):
             cache.save(list(have), self.ctx.state_seq_get(seq), owner)
 
     def forget(self, seq: int) -> None:
