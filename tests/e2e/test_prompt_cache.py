@@ -309,3 +309,33 @@ def test_a_restarted_server_keeps_each_keys_contexts(tiny_model: Path, tmp_path:
         assert cached >= 1024 and again == first
     finally:
         srv.stop()
+
+
+def test_another_llama_cpp_build_never_loads_the_state(tiny_model: Path, tmp_path: Path):
+    from dataclasses import replace
+
+    cache = tmp_path / "prompts"
+    ask(tiny_model, cache, DOC + "Q: one?")
+    [old] = states(cache)
+    with engine(tiny_model, None) as e:
+        tokens = e.prepare(Request(prompt=DOC + "Q: one?"))[0]
+        ours = promptcache.Identity.of(tiny_model, "0.0.1-other", "f16", e.ctx.state_options)
+    other = promptcache.PromptCache(cache, replace(ours, build="0.0.1-other"))
+    assert other.lookup(tokens) is None and not old.exists()
+
+
+def test_batch_prompts_sharing_a_preamble_prefill_it_once(tiny_model: Path, tmp_path: Path):
+    """Three prompts behind one long preamble, on one slot: the first saves it, the next
+    start from it (in memory here, from disk in the next process)."""
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("".join(json.dumps({"id": str(i), "prompt": DOC + f"Q: {i}?", "max_tokens": 4}) + "\n"
+                             for i in range(3)))
+    cache = tmp_path / "prompts"
+    out = cli("batch", str(lines), "-m", str(tiny_model), "--temperature", "0", "--slots", "1", "--raw",
+              cache=cache)
+    assert out.returncode == 0, out.stderr
+    cached = [json.loads(line)["usage"]["cached_tokens"] for line in out.stdout.splitlines()]
+    assert cached[0] == 0 and all(c >= 1024 for c in cached[1:])
+    again = cli("batch", str(lines), "-m", str(tiny_model), "--temperature", "0", "--slots", "1", "--raw",
+                cache=cache)
+    assert json.loads(again.stdout.splitlines()[0])["usage"]["cached_tokens"] == 1024  # from disk
