@@ -190,10 +190,10 @@ class PromptCache:
                 header = self._header(f, path)
                 if header is None:
                     return None
-                tokens = np.frombuffer(f.read(4 * header["n_tokens"]), dtype=np.int32)
-            if len(tokens) != header["n_tokens"]:
+                raw = f.read(4 * header["n_tokens"])
+            if len(raw) != 4 * header["n_tokens"]:
                 return self._reject(path, "it is truncated")
-            return tokens
+            return np.frombuffer(raw, dtype=np.int32)
         except OSError:
             return None
 

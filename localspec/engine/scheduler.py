@@ -184,7 +184,11 @@ class Engine:
         try:
             request, tokens, template = self._prepare(request)
             spec, thinking = intake.spec_for(request, self.spec, self.draft is not None), intake.opens_thinking(self.model, tokens)
-            saved, saved_draft = self._read_saved(tokens, request, spec) if n == 1 else (None, None)
+            try:
+                saved, saved_draft = self._read_saved(tokens, request, spec) if n == 1 else (None, None)
+            except Exception as exc:  # the cache never fails a request: prefill instead
+                promptcache.log.info("prompt cache: not read: %r", exc)
+                saved = saved_draft = None
             jobs = []
             for i in range(n):
                 seed = request.sampling.seed

@@ -90,9 +90,8 @@ def test_lossless_with_speculation_and_the_drafts_own_state(tiny_model: Path, ti
         restored = e.generate(Request(prompt=DOC + "Q: two?", sampling=GREEDY, max_tokens=48))
         draft_tokens = e.draft.cached(0, e.prepare(Request(prompt=DOC))[0])
     assert restored.usage.cached_tokens > 500 and restored.text == fresh.text
-    assert first.text
-    if mode == "draft":  # the draft model's context was saved and loaded as well
-        assert len({p.parent for p in states(cache)}) == 2
+    if "draft" in first.spec.by_drafter:  # the draft model drafted (its costs allowed): its context was saved,
+        assert len({p.parent for p in states(cache)}) == 2  # and loaded with the target's
         assert draft_tokens >= 500
 
 
