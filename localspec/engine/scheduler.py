@@ -23,6 +23,7 @@ from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
 from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
 from localspec.engine.spec.store import Store
+from localspec.engine.spec.tuning import TUNING
 from localspec.engine.spec.verify import verify
 from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
@@ -517,15 +518,17 @@ class Engine:
             for i, token in enumerate(proposal.tokens if proposal else ()):
                 batch.add(token, n + 1 + i, slot.seq, True)
         padded = self._pad(generating, proposals)
-        prefilled = self._prefill_chunks()
-        generating_rows = batch.n - sum(n for _, _, n in prefilled)
+        prefilled = self._prefill_chunks(self._prefill_budget(batch.n))
+        prompt_rows = sum(n for _, _, n in prefilled)
         if batch.n == 0:
             return
         t0 = time.perf_counter()
         self.ctx.decode(batch)
         t_verify = time.perf_counter() - t0
-        if batch.n == generating_rows:  # a pure generation step: what verification costs
+        if prompt_rows == 0:  # a pure generation step: what verification costs
             self.policy.costs.observe_target(batch.n, t_verify)
+        else:
+            self.policy.costs.observe_prompt(batch.n, prompt_rows, t_verify)
         for slot in generating:
             if slot.active:
                 if slot.spec is not None:
@@ -576,15 +579,29 @@ class Engine:
         return SlotView(slot.seq, slot.tokens, slot.pending, min(self.n_ctx - 1 - len(slot.tokens), max_more),
                         slot.spec, slot.sampler)
 
-    def _prefill_chunks(self) -> list[tuple[_Slot, int, int]]:
-        """Add prompt chunks of the slots still prefilling, as far as the batch has room:
-        (slot, the row of its last prompt token or -1 if not yet reached, rows added)."""
+    def _prefill_budget(self, rows: int) -> int:
+        """How many prompt rows this step may feed beside ``rows`` generating ones: all the
+        batch has room for when nothing generates (or the costs are not yet timed), else
+        as many as keep the prompt's share of the step's time at ``prefill_share``, so a
+        long prompt arriving does not stall the requests generating beside it."""
+        costs, room = self.policy.costs, self._batch.capacity - rows
+        if rows == 0 or costs.prompt_token_s <= 0 or costs.t1 <= 0:
+            return room
+        share = TUNING.prefill_share
+        n = int(share / (1.0 - share) * costs.target_s(rows) / costs.prompt_token_s)
+        return min(room, max(TUNING.prefill_min_chunk, n))
+
+    def _prefill_chunks(self, budget: int) -> list[tuple[_Slot, int, int]]:
+        """Add prompt chunks of the slots still prefilling, up to ``budget`` rows and the
+        batch's room: (slot, the row of its last prompt token or -1 if not yet reached,
+        rows added)."""
         batch, out = self._batch, []
+        limit = min(batch.capacity, batch.n + budget)
         for slot in self._slots:
-            if slot.active and slot.pending is None and slot.follows is None and batch.n < batch.capacity:
+            if slot.active and slot.pending is None and slot.follows is None and batch.n < limit:
                 prompt = slot.job.prompt
                 start = slot.prefill_at
-                end = min(len(prompt), start + batch.capacity - batch.n)
+                end = min(len(prompt), start + limit - batch.n)
                 row = -1
                 for i in range(start, end):
                     row = batch.add(prompt[i], i, slot.seq, i == len(prompt) - 1)

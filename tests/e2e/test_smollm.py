@@ -63,3 +63,52 @@ def test_the_gap_where_greedy_chose_to_end_is_told_when_asked(engine: Engine):
 def test_sampling_with_a_seed_reproduces(engine: Engine):
     req = Request(prompt="Once upon a time", sampling=SamplingParams(temperature=0.8, seed=11), max_tokens=24)
     assert ids(engine.submit(req)) == ids(engine.submit(req))
+
+
+def _long_prompt(n_lines: int) -> str:
+    return "\n".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}" for i in range(n_lines))
+
+
+def test_a_long_prompt_arriving_does_not_stall_a_generating_request(smollm2: Path):
+    """While one slot generates, a 1,500-token prompt is fed in chunks beside it (a step
+    feeds prompt rows for at most part of its time, TUNING.prefill_share), so the first
+    request goes on getting tokens; alone, the same prompt is fed in full batches."""
+    import threading
+    import time
+
+    from localspec.engine.spec.tuning import TUNING
+    from localspec.types import SpecConfig
+
+    config = EngineConfig(n_ctx=4096, n_slots=2, n_batch=512, spec=SpecConfig(mode="off"))
+    with Engine(smollm2, config) as engine:
+        engine.generate(Request(prompt="Warm up: count to five.", sampling=GREEDY, max_tokens=8))
+        steps = engine.steps
+        alone = engine.generate(Request(prompt=_long_prompt(100), sampling=GREEDY, max_tokens=1))
+        assert alone.usage.prompt_tokens > 1400
+        assert engine.steps - steps <= 4  # 512 rows a step: nothing else runs
+
+        stamps: list[float] = []
+        first = threading.Event()
+        generating = engine.submit(Request(prompt="Count from 1 to 1000: 1, 2, 3,", sampling=GREEDY,
+                                           max_tokens=600, cache_prompt=False))
+
+        def consume() -> None:
+            for event in generating:
+                stamps.append(time.perf_counter())
+                if len(stamps) == 3:
+                    first.set()
+
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        assert first.wait(60)
+        t0, steps = time.perf_counter(), engine.steps
+        arrived = engine.generate(Request(prompt=_long_prompt(100) + "\nand one more line", sampling=GREEDY,
+                                          max_tokens=1, cache_prompt=False))
+        t1 = time.perf_counter()
+        during = sum(1 for s in stamps if t0 <= s <= t1)
+        generating.cancel()
+        reader.join(30)
+    assert arrived.usage.prompt_tokens > 1400
+    chunks = -(-arrived.usage.prompt_tokens // TUNING.prefill_min_chunk)  # 7; in full batches, 4
+    assert engine.steps - steps >= chunks  # chunks of at most 256 rows beside the generating slot
+    assert during >= chunks - 1, f"the generating request got {during} tokens while the prompt was fed"

@@ -51,6 +51,8 @@ class Costs:
         self.draft_per_token = 0.0  # seconds per drafted token, whole phases measured
         self._phase_s = 0.0
         self._phase_n = 0.0
+        self._prompt: deque[float] = deque(maxlen=TUNING.prompt_window)
+        self.prompt_token_s = 0.0  # seconds a prompt row adds to a step (0: not yet timed)
 
     def set_target(self, b: int, seconds: float) -> None:
         """A figure timed now (calibration) or remembered, replacing what was observed of
@@ -85,6 +87,18 @@ class Costs:
         shaped = self._shaped.get(b)
         if shaped is None or abs(new - shaped) > 0.01 * shaped:  # the shape follows moves over 1%
             self._shape = None
+
+    def observe_prompt(self, rows: int, prompt_rows: int, seconds: float) -> None:
+        """A step that fed ``prompt_rows`` prompt rows beside ``rows - prompt_rows`` others:
+        what each prompt row added, past what the others cost alone."""
+        others = rows - prompt_rows
+        rest = seconds - (self.target_s(others) if others else 0.0)
+        self._prompt.append(max(rest, 0.0) / prompt_rows)
+        self.prompt_token_s = statistics.median(self._prompt)
+
+    def target_s(self, b: int) -> float:
+        """Seconds a decode of b rows costs now (0 before any was timed)."""
+        return float(self.table(b)[-1]) if self.t1 > 0 else 0.0
 
     def table(self, n: int) -> np.ndarray:
         """[T(1), ..., T(n)] in seconds as an array (index b - 1): the choice of k reads it

@@ -130,5 +130,23 @@ class Tuning:
     cost_max_age: float = 7 * 24 * 3600.0
     cost_table_min: int = 65  # sizes tabled at least: the longest draft at --draft-max 64
 
+    # --- prompts arriving beside generating requests (scheduler.Engine._prefill_budget)
+    # While other slots generate, a step feeds prompt rows for at most this share of its
+    # measured time, but never fewer than prefill_min_chunk rows: the generating slots go
+    # on at 1 - share of their speed or better, where a full batch of prompt (llama-server
+    # feeds 2048/512 at a time) stalls them. A prompt row is dearer in a small chunk deep
+    # in a prompt: on a 2-core EPYC, Qwen2.5-Coder-0.5B, 3 slots generating beside it, at
+    # position 1500 a prompt row cost 10.4 ms in chunks of 32, 8.4 of 64, 6.8 of 128, 6.3-6.4
+    # of 256-509 (at position 0, 4.3-5.0 ms at any size). scripts/serve_load.py --arrival
+    # (a 1,917-token prompt beside 3 generating slots, 2 rounds each, against llama-server
+    # -np 4 in the same run): chunks of 16-56 rows made its first token 2.1x later than
+    # llama-server's (20.0 s against 9.5); 128 rows, 1.4x (14.2 against 10.0); 256 rows,
+    # 0.93x (11.4 against 12.3), with the generating slots at 2.4 tok/s all told while it
+    # was fed, llama-server's at 0.28. On a GPU a prompt row costs far less than a step,
+    # and the share gives the larger chunks.
+    prefill_share: float = 0.8
+    prefill_min_chunk: int = 256
+    prompt_window: int = 8  # prompt-feeding steps the cost per prompt token follows
+
 
 TUNING = Tuning()
