@@ -22,6 +22,8 @@ from localspec.types import SamplingParams
 # For top-p without top-k, look at this many best tokens first; widen only if they do not
 # reach the mass (rare), since sorting a whole vocabulary costs milliseconds.
 _TOP_P_PREFILTER = 512
+# Look for the k best tokens first among those within this many nats of the best logit.
+_TOP_K_GAPS = (8.0, 16.0)
 
 
 @dataclass(frozen=True)
@@ -129,13 +131,29 @@ def distribution(
 
 
 def _top_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest logits, sorted descending (ties: lower id first)."""
+    """Indices of the k largest logits, sorted descending (ties: lower id first).
+
+    The k largest are found among the logits within a few nats of the best (they are
+    among them whenever there are k of those, and a comparison is cheap), not by a
+    partition of the whole vocabulary: numpy's argpartition takes 0.5 ms over 49k
+    logits, 1.6 ms over 152k, a tenth of SmolLM2's decode step on a 2-core CPU."""
     n = logits.shape[0]
     if k >= n:
         return np.argsort(-logits, kind="stable").astype(np.int64)
-    part = np.argpartition(-logits, k - 1)[:k]
-    order = np.lexsort((part, -logits[part]))
-    return part[order].astype(np.int64)
+    best = float(logits.max())
+    for gap in _TOP_K_GAPS:
+        cand = np.flatnonzero(logits >= best - gap)  # ascending ids
+        if cand.size >= k:
+            break
+    else:
+        cand = np.arange(n)
+    vals = logits[cand]
+    if cand.size > k:
+        kth = np.partition(vals, cand.size - k)[cand.size - k]  # the k-th largest value
+        above = cand[vals > kth]
+        cand = np.concatenate([above, cand[vals == kth][: k - above.size]])  # ties: lower ids
+    order = np.lexsort((cand, -logits[cand]))
+    return cand[order].astype(np.int64)
 
 
 def _logsumexp(x: np.ndarray) -> float:

@@ -129,3 +129,20 @@ def test_top_p_over_a_large_vocabulary_matches_a_full_sort(top_p: float):
     n = int(np.searchsorted(np.cumsum(p), top_p)) + 1
     assert sorted(d.ids.tolist()) == sorted(order[:n].tolist())
     assert d.probs.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, 5.0, 40.0])
+def test_top_k_equals_a_full_sort_ties_to_the_lower_id(scale: float):
+    """The k best are looked for near the best logit first (a cheap comparison, not a
+    partition of the vocabulary): the same ids in the same order as a full sort by
+    (-logit, id), flat and peaked distributions, ties at the k-th included."""
+    from localspec.engine.sampling import _top_ids
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n, k = int(rng.integers(50, 5000)), int(rng.integers(1, 600))
+        logits = (rng.standard_normal(n) * scale).astype(np.float32)
+        if trial % 2:
+            logits = np.round(logits)  # many exact ties
+        expected = np.lexsort((np.arange(n), -logits))[: min(k, n)]
+        assert np.array_equal(_top_ids(logits, k), expected)
