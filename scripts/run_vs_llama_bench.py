@@ -2,7 +2,7 @@
 -tg`` on the same file and threads, alternating, in one run.
 
     python scripts/run_vs_llama_bench.py MODEL.gguf --llama-bench BIN_DIR [--rounds 5]
-        [--tokens 256] [--threads 2]
+        [--tokens 256] [--threads 2] [--prompt TEXT]
 
 Each round runs llama-bench once (``-p 0 -n TOKENS -r 1``: its decode of TOKENS tokens
 from an empty context, no sampling) and ``localspec run --spec off -n TOKENS --json``
@@ -31,13 +31,14 @@ def llama_bench(bin_dir: str, model: str, tokens: int, threads: int) -> float:
     return float(json.loads(out.stdout)[0]["avg_ts"])
 
 
-def localspec_run(model: str, tokens: int, threads: int, greedy: bool) -> float:
+def localspec_run(model: str, tokens: int, threads: int, greedy: bool, prompt: str = PROMPT) -> float:
     argv = [sys.executable, "-m", "localspec", "run", model, "--spec", "off", "-n", str(tokens), "--json",
             "--threads", str(threads), "--no-prompt-cache"] + (["--temperature", "0"] if greedy else [])
-    out = subprocess.run(argv, input=PROMPT, capture_output=True, text=True, check=True)
+    out = subprocess.run(argv, input=prompt, capture_output=True, text=True, check=True)
     got = json.loads(out.stdout)
     if got["usage"]["completion_tokens"] < tokens:
-        raise SystemExit(f"the answer ended after {got['usage']['completion_tokens']} tokens; pick a longer prompt")
+        raise SystemExit(f"the answer ended after {got['usage']['completion_tokens']} tokens; ask for a longer one "
+                         "(--prompt)")
     return float(got["timings"]["decode_tokens_per_s"])
 
 
@@ -48,12 +49,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--prompt", default=PROMPT, help="one whose answer runs past --tokens, greedy and sampled")
     args = ap.parse_args()
     rows: dict[str, list[float]] = {"llama-bench": [], "run greedy": [], "run default sampling": []}
     for r in range(args.rounds):
         rows["llama-bench"].append(llama_bench(args.llama_bench, args.model, args.tokens, args.threads))
-        rows["run greedy"].append(localspec_run(args.model, args.tokens, args.threads, True))
-        rows["run default sampling"].append(localspec_run(args.model, args.tokens, args.threads, False))
+        rows["run greedy"].append(localspec_run(args.model, args.tokens, args.threads, True, args.prompt))
+        rows["run default sampling"].append(localspec_run(args.model, args.tokens, args.threads, False, args.prompt))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rows.items()), file=sys.stderr, flush=True)
     anchor = rows["llama-bench"]
     print(f"{os.path.basename(args.model)}, {args.tokens} tokens, {args.threads} threads, {args.rounds} rounds: "
