@@ -118,7 +118,12 @@ def test_the_ledger_charges_a_failed_draft_its_cost_and_credits_kept_tokens():
     assert ledger.debt == pytest.approx(2.2 + 2.2 - 3.0) and ledger.written == 5
     ledger.settle(0, 0)  # a plain step costs nothing against plain
     assert ledger.debt == pytest.approx(1.4) and ledger.written == 6
-    assert list(ledger.allows(np.array(extra), longest=2.0)) == [True, False, False, False]  # 2 + 0.18 - 1.4 left
+    # a failed longest draft (2 steps) is afforded in proportion to the tokens written, in
+    # full from loss_ramp on; plus loss_share of them
+    assert ledger.allowance(2.0) == pytest.approx(2.0 * 6 / TUNING.loss_ramp + TUNING.loss_share * 6)
+    assert not ledger.allows(np.array(extra), longest=2.0)[1:].any()  # 1.4 behind: nothing more
+    ledger.written = 64
+    assert list(ledger.allows(np.array(extra), longest=2.0)) == [True, True, True, True]  # 2 + 1.92 - 1.4 left
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))

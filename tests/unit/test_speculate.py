@@ -104,6 +104,14 @@ def costs_from(table: dict[int, float]) -> Costs:
     return c
 
 
+def past_first_tokens(spec: SpecState) -> SpecState:
+    """A request past its first ``loss_ramp`` tokens, whose ledger affords one failed
+    draft of the longest length (spec/ledger.py): the tests below, which emit tokens
+    without verifying steps, are about the choice of k, not the bound on loss."""
+    spec.ledger.written = TUNING.loss_ramp
+    return spec
+
+
 def test_an_unmeasured_size_costs_what_the_next_measured_one_does():
     # kernels work in tiles: on a CPU here 31 rows cost more than 32 and 63 more than 64,
     # so a size between two measured ones is not a line between them
@@ -279,7 +287,7 @@ def test_auto_uses_the_draft_model_where_the_ngram_proposal_does_not_pay(mode: s
     draft = CheapDraft()
     policy = SpecPolicy(draft, costs=costs)
     prompt = [1, 2, 3, 4, 5, 6, 3]  # "3" was seen before: a 1-gram proposal, [4, 5, 6, 3]
-    spec = policy.start(prompt, SpecConfig(mode=mode))
+    spec = past_first_tokens(policy.start(prompt, SpecConfig(mode=mode)))
     slot = SlotView(seq=0, tokens=prompt[:-1], pending=3, room=4096 - len(prompt), state=spec,
                     sampler=Sampler(SamplingParams(temperature=0.0)))
     assert spec.ngram.propose(4)[1] == [4, 5, 6, 3]
@@ -407,7 +415,7 @@ FLAT = {1: 10.0, 2: 10.0, 4: 10.2, 8: 10.3, 16: 10.5, 32: 11.0, 64: 12.0, 128: 1
 def _deep_in_a_copy(policy: SpecPolicy) -> SlotView:
     """A request 40 tokens into a copy of its prompt, after copies that went on."""
     source = list(range(100, 300))
-    spec = policy.start(source, SpecConfig(mode="ngram"))
+    spec = past_first_tokens(policy.start(source, SpecConfig(mode="ngram")))
     for token in source[:60]:  # written out: every token judged against the longest match
         spec.emitted(token)
     for _ in range(3):
@@ -428,7 +436,7 @@ def test_a_run_of_short_matches_is_no_copy_and_is_not_drafted_on_as_one():
     assert len(SpecPolicy(None, costs=costs_from(STEEP)).propose([deep], 1)[0].tokens) >= 15
     policy = SpecPolicy(None, costs=costs_from(STEEP))
     source = list(range(100, 300))
-    spec = policy.start(source, SpecConfig(mode="ngram"))
+    spec = past_first_tokens(policy.start(source, SpecConfig(mode="ngram")))
     written = list(range(900, 940)) + [source[10]]  # its own text, then one token of the prompt
     for token in written:
         spec.emitted(token)
@@ -567,7 +575,7 @@ def test_a_remembered_figure_that_cannot_be_right_is_measured_again():
 
 def _written(source: list[int], output: list[int]) -> SlotView:
     """A request whose prompt is ``source`` and that has written ``output`` so far."""
-    spec = SpecPolicy(None).start(source, SpecConfig(mode="ngram"))
+    spec = past_first_tokens(SpecPolicy(None).start(source, SpecConfig(mode="ngram")))
     for token in output:
         spec.emitted(token)
     return SlotView(seq=0, tokens=source + output[:-1], pending=output[-1], room=1000, state=spec,
@@ -616,7 +624,7 @@ def test_where_an_earlier_answer_and_the_requests_own_copy_differ_the_output_set
         policy = SpecPolicy(None, costs=costs_from(STEEP))
         policy.store = Store()
         policy.store.add("", prompt + edited)
-        spec = policy.start(prompt, SpecConfig(mode="ngram"))
+        spec = past_first_tokens(policy.start(prompt, SpecConfig(mode="ngram")))
         for token in output:
             spec.emitted(token)
         view = SlotView(seq=0, tokens=prompt + output[:-1], pending=output[-1], room=1000, state=spec,
@@ -667,7 +675,7 @@ def test_the_store_does_not_draft_an_earlier_answer_for_a_prompt_that_only_ends_
         policy = SpecPolicy(None, costs=costs_from(STEEP))
         policy.store = Store()
         policy.store.add("", earlier + answer)
-        spec = policy.start(prompt, SpecConfig(mode="ngram"))
+        spec = past_first_tokens(policy.start(prompt, SpecConfig(mode="ngram")))
         spec.emitted(answer[0])
         view = SlotView(seq=0, tokens=prompt, pending=answer[0], room=1000, state=spec,
                         sampler=Sampler(SamplingParams(temperature=0.0)))
@@ -681,10 +689,14 @@ def test_the_store_does_not_draft_an_earlier_answer_for_a_prompt_that_only_ends_
 def test_on_a_recorded_agent_trace_the_store_speeds_up_the_retries_and_slows_nothing():
     """The agent trace's ten requests replayed in turn, each with the texts of the ones
     before it in the store, against each alone (steep costs, where a failed long draft
-    costs most): retries that copy an earlier answer go much faster, no request slower.
-    Before the store's evidence was its match within the output (a prompt ending like an
-    earlier one drafted that one's answer), the trace was 1.08x; before the copied answer
-    was followed through edits, 1.14x; since, 1.19x."""
+    costs most): retries that copy an earlier answer go faster, and no request loses more
+    than one failed long draft. Before the store's evidence was its match within the
+    output (a prompt ending like an earlier one drafted that one's answer), the trace was
+    1.08x; before the copied answer was followed through edits, 1.14x; then 1.19x; since
+    the bound on loss ramps up over a request's first 64 tokens (ledger.py), 1.14x: task 2
+    meets the break its own copy meets at token 140 with a stored draft of 64 placed at
+    132 (alone, one draft of 64 from 100 reaches it), 0.86x its time alone; retries
+    1.07-1.82x."""
     trace = json.loads((Path(__file__).parent / "data" / "qwen2.5-coder-1.5b-agent-trace.json").read_text())["requests"]
     table = {b: t / 1000 for b, t in STEEP.items()}
     store, alone_s, stored_s = Store(), 0.0, 0.0
@@ -693,10 +705,10 @@ def test_on_a_recorded_agent_trace_the_store_speeds_up_the_retries_and_slows_not
         alone = replay(prompt, truth, table).speedup
         stored = replay(prompt, truth, table, store=store).speedup
         store.add("", prompt + truth)
-        assert stored >= alone * 0.97, request["name"]
+        assert stored >= alone * 0.85, request["name"]  # at most a failed 64 more (22 steps of ~220)
         if request["name"] in ("task 1 (retry)", "task 3 (retry)", "task 5 (retry)"):  # (task 4 is fast alone)
-            assert stored > alone * 1.15, request["name"]
+            assert stored > alone * 1.08, request["name"]
         plain = (len(truth) - 1) * table[1]
         alone_s += plain / alone
         stored_s += plain / stored
-    assert alone_s / stored_s > 1.15
+    assert alone_s / stored_s > 1.10

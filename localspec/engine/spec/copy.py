@@ -23,11 +23,6 @@ KEY_MAX = 8  # source tokens an edit may replace
 VALUE_MAX = 12  # tokens an edit may write instead
 GIVE_UP = 32  # tokens after a break past which it is no longer an edit
 RECENT = 32  # the answer's last tokens whose origin (copied or written) is kept
-# A copy seated this far from where the answer left its last one (or before it) is a jump:
-# on the replay of the 25 answers, judging those with the quotes made after the answer's
-# own writing raised a-diff-py from 1.07 to 1.13x and a-diff-js from 1.48 to 1.54x
-# (the 2-core bench's costs), the means on 6 of 7 cost shapes by up to 1.3%.
-JUMP_NEAR = 64
 COPIED_MIN = 4  # a token a shorter match predicted is counted as the answer's own writing
 
 
@@ -57,11 +52,6 @@ class CopyTracker:
     # 1 for each of the answer's last RECENT tokens that no copy predicted (its own writing)
     recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
     n_originals: int = 0  # the sum of ``recent``, kept as tokens come
-    left_at: int | None = None  # the source position where the answer last left a copy
-    # The copy was seated far from where the answer left the last one; a copy resumed
-    # after an edit is the same copy and keeps it (cleared there, the replay's means fell
-    # by up to 0.3%).
-    jumped: bool = False
 
     def walk(self, copy: Copy, k: int) -> tuple[list[int], Copy]:
         """Up to ``k`` tokens the copy predicts (the source with the learnt edits
@@ -86,15 +76,12 @@ class CopyTracker:
 
     def propose(self, k: int) -> tuple[int, list[int], int]:
         """(the copy's length, up to ``k`` tokens it predicts, where in the text they are
-        copied from); (0, [], -1) with no copy. While the copy is where the longest match
-        is, it stops where earlier occurrences of the match went different ways."""
+        copied from); (0, [], -1) with no copy."""
         self._seat()
         copy = self.copy
         if copy is None:
             return 0, [], -1
         tokens, _ = self.walk(copy, k)
-        if not copy.pending and self.index.match()[1] == copy.at:
-            tokens = tokens[: len(self.index.propose_unbranched(k)[1])]
         return copy.length, tokens, copy.at
 
     def emitted(self, token: int) -> tuple[int, bool, bool] | None:
@@ -145,13 +132,11 @@ class CopyTracker:
         n, start = self.index.match()
         if n >= self.min_length and (self.copy is None or n > self.copy.length) and not self.index.branches():
             self.copy = Copy(start, n)
-            self.jumped = self.left_at is not None and not 0 <= start - self.left_at < JUMP_NEAR
 
     def _break(self, copy: Copy, token: int) -> None:
         """The answer left the copy. An edit that predicted the token it failed on, where
         the answer wrote the source's own token instead, is forgotten."""
         self.copy = None
-        self.left_at = copy.at
         tokens = self.index.tokens
         if copy.pending:
             return

@@ -136,7 +136,7 @@ class SpecState:
         copy = self.copy
         if copy is None or start >= copy.prompt:
             return self.accept_own
-        return self.accept_fresh if self.writing() or copy.jumped else self.accept_quote
+        return self.accept_fresh if self.writing() else self.accept_quote
 
     def quote_table(self) -> MatchAcceptance:
         """The table a quote of the prompt made now is judged in."""
@@ -446,7 +446,7 @@ def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: 
              rows: int = 1, others: float = 0.0, max_rows: int | None = None,
              allowed: np.ndarray | None = None) -> int:
     """The draft length with the most expected tokens per second; 0 if none beats plain
-    decoding by ``pay_margin``. ``expected[k]`` is the tokens a step yields with k drafts
+    decoding. ``expected[k]`` is the tokens a step yields with k drafts
     (k = 0 up to the longest allowed), ``draft_cost`` the time to draft one token (0 for
     n-gram lookup). In a shared batch, ``rows`` are those already in it (this slot's
     pending token included), ``others`` the tokens the other rows are expected to yield,
@@ -468,7 +468,7 @@ def choose_k(expected: np.ndarray, costs: Costs, *, k_min: int = 0, draft_cost: 
     if allowed is not None:
         rates = np.where(allowed[ks], rates, -np.inf)
     best = int(np.argmax(rates))
-    return int(ks[best]) if rates[best] > TUNING.pay_margin * (others + 1.0) / t[rows - 1] else 0
+    return int(ks[best]) if rates[best] > (others + 1.0) / t[rows - 1] else 0
 
 
 class _Batch:

@@ -86,25 +86,6 @@ class SuffixIndex:
         state = self._link[self._last] if self._last else -1
         return state > 0 and len(self._next[state]) > 1
 
-    def propose_unbranched(self, k: int) -> tuple[int, list[int]]:
-        """Like ``propose``, but only as far as every earlier occurrence of the context
-        went on alike: a copy of repeated boilerplate is cut where its copies differed
-        (tokens proposed past such a point were kept 11-40% of the time on recorded
-        answers, against 85-99% before it at matches of 4+)."""
-        n, start = self.match()
-        if n == 0 or k <= 0:
-            return 0, []
-        nxt, tokens = self._next, self.tokens
-        state = self._link[self._last]
-        end = min(len(tokens), start + k)
-        i = start
-        while i < end:
-            if i > start and len(nxt[state]) > 1:
-                break
-            state = nxt[state][tokens[i]]
-            i += 1
-        return n, tokens[start:i]
-
     def step(self, state: int, length: int, token: int) -> tuple[int, int]:
         """Matching another text against this one, a token at a time: from the state and
         length of the longest suffix of that text that occurs here, the state and length
