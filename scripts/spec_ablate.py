@@ -4,7 +4,10 @@ against the rules as they are. A rule earns its place where switching it off los
 prompts nobody here wrote (Spec-Bench's sample, the edit prompts), not only on the
 project's own recorded answers.
 
-    python scripts/spec_ablate.py RECORDED.json [MORE.json ...] [--rules a,b] [--shapes steep,gpu]
+    python scripts/spec_ablate.py RECORDED.json [MORE.json ...] [--model M.gguf] [--rules a,b] [--shapes steep,gpu]
+
+``--model`` (the model that wrote the outputs) gives the policy its tokenizer, as in the
+engine: the prompts' diffs are applied (rule patch).
 
 Outputs are replayed in file order with one store of earlier requests' texts (as a
 ``serve`` session or a bench run would keep it), so the store's rules are judged on
@@ -91,7 +94,7 @@ RULES: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager]]] = 
               patched(NgramIndex, "propose", lambda f: lambda self, k: (0, [], -1))),
     "copy": ("the copy tracker: long matches of the request's own text propose",
              patched(SpecPolicy, "start", _no_copy_tracker)),
-    "copy-resume": ("a broken copy resumes just past the edit (RESYNC)",
+    "copy-resume": ("a broken copy resumes just past the edit (copy_resync)",
                     patched(copymod.CopyTracker, "_resume", _no_resume)),
     "copy-edits": ("edits learnt and written where the source repeats them",
                    patched(copymod.CopyTracker, "_resume", _no_edits)),
@@ -108,6 +111,8 @@ RULES: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager]]] = 
     "store-follow": ("the output follows a stored text through its edits",
                      patched(storemod, "resync", lambda f: lambda *a, **k: None)),
     "store": ("earlier requests' texts propose", lambda: mock.patch.object(Store, "recall", lambda *a, **k: None)),
+    "patch": ("a prompt's diffs applied and indexed (needs --model)",
+              lambda: mock.patch("localspec.engine.spec.policy.diff_hints", lambda *a, **k: [])),
 }
 
 
@@ -120,11 +125,11 @@ def category(name: str) -> str:
     return "own"
 
 
-def run(data: dict[str, dict], table: dict[int, float]) -> dict[str, float]:
+def run(data: dict[str, dict], table: dict[int, float], tokenizer: object = None) -> dict[str, float]:
     store = Store()
     out = {}
     for name, d in data.items():
-        out[name] = replay(d["prompt"], d["truth"], table, store=store).speedup
+        out[name] = replay(d["prompt"], d["truth"], table, tokenizer=tokenizer, store=store).speedup
         store.add("", d["prompt"] + d["truth"])
     return out
 
@@ -152,20 +157,25 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--per-prompt", action="store_true", help="each output's speedup under each ablation")
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--model", help="the GGUF that wrote the outputs: its tokenizer")
     args = ap.parse_args()
     data: dict[str, dict] = {}
     for path in args.recorded:
         data.update(json.loads(Path(path).read_text()))
+    tokenizer = None
+    if args.model:
+        from localspec.engine.backend import Model
+        tokenizer = Model(args.model)
     results: dict[str, dict[str, dict[str, float]]] = {}
     for shape in args.shapes.split(","):
         table = {b: t / 1000 for b, t in SHAPES[shape].items()}
-        base = run(data, table)
+        base = run(data, table, tokenizer)
         results[shape] = {"(all rules)": base}
         for rule in args.rules.split(","):
             with contextlib.ExitStack() as stack:  # "a+b": both off together
                 for part in rule.split("+"):
                     stack.enter_context(RULES[part][1]())
-                results[shape][rule] = run(data, table)
+                results[shape][rule] = run(data, table, tokenizer)
         base_s = summary(base)
         cols = [c for c in base_s if c not in ("worst", "below")]
         print(f"\n== {shape}: geometric mean by category (Δ against all rules), worst, below 0.97x")

@@ -302,7 +302,7 @@ def test_with_several_api_keys_each_drafts_only_from_its_own_earlier_requests(ti
 
         def ask(key: str) -> tuple[str, int]:
             body = {"model": "tiny", "messages": [{"role": "user", "content": "the key test: tell a long story"}],
-                    "max_tokens": 48, "temperature": 0, "speculative": {"mode": "ngram"}}
+                    "max_tokens": 96, "temperature": 0, "speculative": {"mode": "ngram"}}
             status, out = srv.post("/v1/chat/completions", body, headers={"Authorization": f"Bearer {key}"})
             assert status == 200, out
             return out["choices"][0]["message"]["content"], out["speculative"]["accepted"]
@@ -312,7 +312,7 @@ def test_with_several_api_keys_each_drafts_only_from_its_own_earlier_requests(ti
         other, kept_other = ask("beta")  # the same question, another key: nothing of alpha's to draft
         again, kept_again = ask("alpha")
         assert first == other == again  # f32: drafts change nothing
-        assert kept_first < 20 and kept_other < 20 and kept_again >= 40
+        assert kept_first < 20 and kept_other < 20 and kept_again >= 60  # (the first tokens ramp: ledger.py)
     finally:
         assert srv.stop() == 0
 
@@ -440,7 +440,7 @@ def test_an_answer_given_before_is_drafted_from_earlier_requests(server: Server)
     its earlier answer; a request may opt out ("share": false)."""
     def ask(**spec):
         body = {"model": "tiny", "messages": [{"role": "user", "content": "the store test: tell a long story"}],
-                "max_tokens": 48, "temperature": 0, "speculative": {"mode": "ngram", **spec}}
+                "max_tokens": 96, "temperature": 0, "speculative": {"mode": "ngram", **spec}}
         status, out = server.post("/v1/chat/completions", body)
         assert status == 200, out
         return out["choices"][0]["message"]["content"], out["speculative"]["accepted"]
@@ -449,6 +449,6 @@ def test_an_answer_given_before_is_drafted_from_earlier_requests(server: Server)
     again, kept_again = ask()
     alone, kept_alone = ask(share=False)
     assert first == again == alone  # f32: drafts change nothing
-    assert kept_again >= 40 and kept_first < 20 and kept_alone < 20
+    assert kept_again >= 60 and kept_first < 20 and kept_alone < 20  # of 95 (the first tokens ramp: ledger.py)
     status, bad = server.post("/v1/chat/completions", {"messages": MSG, "speculative": {"share": "yes"}})
     assert status == 400 and bad["error"]["param"] == "speculative.share"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from localspec.engine.spec.copy import RESYNC, CopyTracker
+from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.suffix import SuffixIndex
+from localspec.engine.spec.tuning import TUNING
+
+RESYNC = TUNING.copy_resync
 
 OLD, NEW = [900, 901], [950, 951, 952]  # a name of two tokens renamed to one of three
 

@@ -17,13 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from localspec.engine.spec.suffix import SuffixIndex
+from localspec.engine.spec.tuning import TUNING
 
-RESYNC = 4  # source tokens an answer must follow again, just past a break, to resume the copy
-KEY_MAX = 8  # source tokens an edit may replace
-VALUE_MAX = 12  # tokens an edit may write instead
-GIVE_UP = 32  # tokens after a break past which it is no longer an edit
-RECENT = 32  # the answer's last tokens whose origin (copied or written) is kept
-COPIED_MIN = 4  # a token a shorter match predicted is counted as the answer's own writing
 
 
 @dataclass
@@ -49,8 +44,8 @@ class CopyTracker:
     copy: Copy | None = None
     edits: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)  # key[0] -> edits
     broke: tuple[int, int] | None = None  # (source position, text position) of the last break
-    # 1 for each of the answer's last RECENT tokens that no copy predicted (its own writing)
-    recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
+    # 1 for each of the answer's last TUNING.recent_window tokens that no copy predicted (its own writing)
+    recent: deque[int] = field(default_factory=lambda: deque(maxlen=TUNING.recent_window))
     n_originals: int = 0  # the sum of ``recent``, kept as tokens come
 
     def walk(self, copy: Copy, k: int) -> tuple[list[int], Copy]:
@@ -103,9 +98,9 @@ class CopyTracker:
             n, start = self.index.match()
             if n and not self.index.branches():
                 judged = (n, token == self.index.tokens[start], start < self.prompt)
-        if len(self.recent) == RECENT:
+        if len(self.recent) == TUNING.recent_window:
             self.n_originals -= self.recent[0]
-        own = 0 if judged is not None and judged[1] and judged[0] >= COPIED_MIN else 1
+        own = 0 if judged is not None and judged[1] and judged[0] >= TUNING.copied_min else 1
         self.recent.append(own)
         self.n_originals += own
         self.index.extend([token])
@@ -121,7 +116,7 @@ class CopyTracker:
         return start - self.hint if start >= self.prompt else -1
 
     def originals(self) -> int:
-        """How many of the answer's last RECENT tokens no copy predicted: a short match
+        """How many of the answer's last TUNING.recent_window tokens no copy predicted: a short match
         right after the answer's own writing is more often a coincidence or a paraphrase
         than the start of a copy."""
         return self.n_originals
@@ -147,19 +142,19 @@ class CopyTracker:
         self.broke = (copy.at, len(tokens))
 
     def _resume(self) -> None:
-        """After a break: if the answer's last RESYNC tokens are the source's just past
-        the break (at most KEY_MAX on), with at most VALUE_MAX of its own before them,
+        """After a break: if the answer's last TUNING.copy_resync tokens are the source's just past
+        the break (at most TUNING.edit_key_max on), with at most TUNING.edit_value_max of its own before them,
         the copy resumes there, and the source tokens it skipped, replaced by the
         answer's, are an edit."""
         src, out = self.broke
         tokens = self.index.tokens
         end = len(tokens)
-        if end - out > GIVE_UP:
+        if end - out > TUNING.edit_give_up:
             self.broke = None
             return
-        tail = tokens[end - RESYNC :]
-        value = tuple(tokens[out : end - RESYNC])
-        if end - RESYNC < out or len(value) > VALUE_MAX:
+        tail = tokens[end - TUNING.copy_resync :]
+        value = tuple(tokens[out : end - TUNING.copy_resync])
+        if end - TUNING.copy_resync < out or len(value) > TUNING.edit_value_max:
             return
         skip = resync(tokens, src, tail, out)
         if skip is None:
@@ -169,16 +164,16 @@ class CopyTracker:
             edits = self.edits.setdefault(key[0], [])
             if (key, value) not in edits:
                 edits.append((key, value))
-        self.copy = Copy(src + skip + RESYNC, RESYNC)
+        self.copy = Copy(src + skip + TUNING.copy_resync, TUNING.copy_resync)
         self.broke = None
 
 
 def resync(source: list[int], at: int, tail: list[int], end: int | None = None) -> int | None:
-    """How many source tokens from ``at`` (at most KEY_MAX) an edit skipped, where the
-    source just past them is ``tail`` (the RESYNC tokens written since) and ends by
+    """How many source tokens from ``at`` (at most TUNING.edit_key_max) an edit skipped, where the
+    source just past them is ``tail`` (the TUNING.copy_resync tokens written since) and ends by
     ``end``; None where it is not there: the copy does not go on."""
-    for skip in range(KEY_MAX + 1):
-        stop = at + skip + RESYNC
+    for skip in range(TUNING.edit_key_max + 1):
+        stop = at + skip + TUNING.copy_resync
         if source[at + skip : stop] == tail and (end is None or stop <= end):
             return skip
     return None

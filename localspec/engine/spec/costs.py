@@ -240,9 +240,6 @@ def calibrate(costs: Costs, ctx: backend.Context, batch: backend.Batch, seq: int
 
 # ------------------------------------------------------------------ the cache on disk
 
-CACHE_ENTRIES = 64
-
-
 def _path() -> Path:
     return Path(platformdirs.user_cache_dir("localspec")) / "costs.json"
 
@@ -286,7 +283,7 @@ def save_cached(k: str, costs: Costs) -> None:
         data = {}
     data.pop(k, None)
     data[k] = costs.to_dict()
-    data = dict(list(data.items())[-CACHE_ENTRIES:])  # the most recently used models
+    data = dict(list(data.items())[-TUNING.cost_cache_entries:])  # the most recently used models
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -20,14 +20,10 @@ import bisect
 import re
 from typing import Protocol
 
+from localspec.engine.spec.tuning import TUNING
+
 HUNK = re.compile(r"@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 HEADERS = ("--- ", "+++ ", "diff ", "index ")  # a diff's header lines, before and between its files' hunks
-MAX_HINT_TOKENS = 16384  # a patched text longer than this is not indexed (time and memory per request)
-MAX_DIFFS = 4  # diffs applied per prompt
-# Lines compared while placing hunks, per prompt: a hostile prompt of many hunks whose
-# first line is everywhere (a blank line) would otherwise cost seconds of the engine
-# thread; a real diff of 20 hunks against a 2,000-line file compares a few thousand.
-MAX_COMPARED = 1_000_000
 
 
 class Tokenizer(Protocol):
@@ -47,7 +43,7 @@ def diff_hints(tokenizer: Tokenizer, prompt: list[int]) -> list[int]:
     if not texts:
         return []
     tokens = tokenizer.tokenize("\n".join(texts), add_special=False, parse_special=False)
-    return tokens if len(tokens) <= MAX_HINT_TOKENS else []
+    return tokens if len(tokens) <= TUNING.hint_max_tokens else []
 
 
 def patched(text: str) -> list[str]:
@@ -61,7 +57,7 @@ def patched(text: str) -> list[str]:
     source = [line for i, line in enumerate(lines) if i not in inside]
     finder = _Finder(source)
     out = []
-    for _, _, hunks in diffs[:MAX_DIFFS]:
+    for _, _, hunks in diffs[:TUNING.max_diffs]:
         result = _apply(source, hunks, finder)
         if result is not None:
             out.append("\n".join(result))
@@ -143,14 +139,14 @@ def _apply(source: list[str], hunks: list[Hunk], finder: _Finder) -> list[str] |
 class _Finder:
     """Where a run of lines first occurs from a position on: the candidates are the
     places of its first line (an index of the stripped lines), checked within the
-    prompt's budget of comparisons (MAX_COMPARED)."""
+    prompt's budget of comparisons (TUNING.hint_max_compared)."""
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = [line.rstrip() for line in lines]
         self.at: dict[str, list[int]] = {}
         for i, line in enumerate(self.lines):
             self.at.setdefault(line, []).append(i)
-        self.left = MAX_COMPARED
+        self.left = TUNING.hint_max_compared
 
     def find(self, key: list[str], start: int) -> int:
         places = self.at.get(key[0], [])

@@ -94,9 +94,8 @@ class SpecState:
     # such copies held 42% at matches of 8-15 tokens, quotes of the prompt 97%); a quote of
     # the prompt (or of an earlier request's text, from the store) made while the answer
     # has been copying (an edit writing its input out again), trusted at the measured
-    # priors; and one made right after the answer's own writing, or seated far from where
-    # the answer left its last copy (a phrase quoted in a summary, a diff's hunk after the
-    # file's line), often a coincidence: on the 25 answers quotes at matches of 8-15
+    # priors; and one made right after the answer's own writing (a phrase quoted in a
+    # summary), often a coincidence: on the 25 answers quotes at matches of 8-15
     # tokens held 98-99% where at most 8 of the last 32 tokens were the answer's own,
     # 92-94% where 9 or more were.
     accept_store: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.quote_scale_prior))

@@ -18,26 +18,22 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from localspec.engine.spec.copy import GIVE_UP, RESYNC, resync
+from localspec.engine.spec.copy import resync
 from localspec.engine.spec.suffix import SuffixIndex
+from localspec.engine.spec.tuning import TUNING
 
-STORE_TOKENS = 32768  # tokens kept per key: a 1.5B model's automaton of that is ~40 MB of Python objects
-MAX_TEXTS = 64  # texts kept per key (each costs a dict step per token of every request)
-MIN_TEXT = 16  # shorter texts are not worth a lookup
-CONTEXT = 256  # prompt tokens a new request matches from (a match is never longer than it needs)
-FOLLOW_MIN = 8  # output tokens matching a stored text before the output is taken to follow it
 
 
 class Store:
     """Recent texts by key, at most ``budget`` tokens per key, oldest evicted first."""
 
-    def __init__(self, budget: int = STORE_TOKENS, max_texts: int = MAX_TEXTS) -> None:
+    def __init__(self, budget: int = TUNING.store_tokens, max_texts: int = TUNING.store_texts) -> None:
         self.budget, self.max_texts = budget, max_texts
         self._texts: dict[str, deque[SuffixIndex]] = {}
         self._lock = threading.Lock()
 
     def add(self, key: str, tokens: list[int]) -> None:
-        if len(tokens) < MIN_TEXT or self.budget <= 0:
+        if len(tokens) < TUNING.store_min_text or self.budget <= 0:
             return
         text = SuffixIndex(tokens[-self.budget :])
         with self._lock:
@@ -58,8 +54,8 @@ class Store:
         if not texts:
             return None
         recall = Recall(texts)
-        recall.extend(context[-CONTEXT:])
-        recall.begin_output(min(CONTEXT, len(context)))
+        recall.extend(context[-TUNING.store_context:])
+        recall.begin_output(min(TUNING.store_context, len(context)))
         return recall
 
 
@@ -78,7 +74,7 @@ class Recall:
     # followed, ``written`` then).
     follow: tuple[int, int, int] | None = None
     parted: tuple[int, int, int, int] | None = None
-    recent: deque[int] = field(default_factory=lambda: deque(maxlen=RESYNC))  # the output's last tokens
+    recent: deque[int] = field(default_factory=lambda: deque(maxlen=TUNING.copy_resync))  # the output's last tokens
 
     def __post_init__(self) -> None:
         self.states = [(0, 0)] * len(self.texts)
@@ -146,16 +142,16 @@ class Recall:
             self.follow, self.parted = None, (t, at, run, self.written)
         if self.parted is not None:
             t, at, run, when = self.parted
-            if self.written - when > GIVE_UP:
+            if self.written - when > TUNING.edit_give_up:
                 self.parted = None
-            elif self.written - when >= RESYNC:
+            elif self.written - when >= TUNING.copy_resync:
                 skip = resync(self.texts[t].tokens, at, list(self.recent))
                 if skip is not None:  # the same rule as the request's own copy (copy.py)
-                    self.follow, self.parted = (t, at + skip + RESYNC, run), None
+                    self.follow, self.parted = (t, at + skip + TUNING.copy_resync, run), None
                     return
         if self.follow is None:  # the longest match, once long enough, is the text followed
             best = max(range(len(self.texts)), key=lambda i: self.states[i][1])
             state, length = self.states[best]
             evidence = self.evidence(length)
-            if evidence >= FOLLOW_MIN:
+            if evidence >= TUNING.store_follow_min:
                 self.follow = (best, self.texts[best].after_position(state), evidence)

@@ -74,7 +74,28 @@ class Tuning:
     # Position 1 of a run by n-gram order: one matching token says little, four more.
     first_priors: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5)  # n = 1, 2, 3, 4+
 
+    # --- following a copy through its edits (copy.py; the store follows its texts alike)
+    copy_resync: int = 4  # source tokens an answer must follow again, just past a break, to resume the copy
+    edit_key_max: int = 8  # source tokens an edit may replace
+    edit_value_max: int = 12  # tokens an edit may write instead
+    edit_give_up: int = 32  # tokens after a break past which it is no longer an edit
+    recent_window: int = 32  # the answer's last tokens whose origin (copied or written) is kept
+    copied_min: int = 4  # a token a shorter match predicted is counted as the answer's own writing
+
+    # --- a prompt's diffs applied (patch.py): bounds on a request's time and memory
+    hint_max_tokens: int = 16384  # a patched text longer than this is not indexed
+    max_diffs: int = 4  # diffs applied per prompt
+    # Lines compared while placing hunks, per prompt: a hostile prompt of many hunks whose
+    # first line is everywhere (a blank line) would otherwise cost seconds of the engine
+    # thread; a real diff of 20 hunks against a 2,000-line file compares a few thousand.
+    hint_max_compared: int = 1_000_000
+
     # --- earlier requests' texts (the store)
+    store_tokens: int = 32768  # tokens kept per key: a 1.5B model's automaton of that is ~40 MB of Python objects
+    store_texts: int = 64  # texts kept per key (each costs a dict step per token of every request)
+    store_min_text: int = 16  # shorter texts are not worth a lookup
+    store_context: int = 256  # prompt tokens a new request matches from (a match is never longer than it needs)
+    store_follow_min: int = 8  # output tokens matching a stored text before the output is taken to follow it
     # A stored text's proposal is taken over the request's own only on a match this long:
     # on recorded Qwen2.5-Coder answers a match of 8+ tokens predicted the next token 90-100%
     # of the time, one of 1-2 tokens 20-30% (and stored texts are many).
@@ -137,6 +158,7 @@ class Tuning:
     # 1.5B's whole calibration takes 5.5 s on a 2-core CPU).
     cost_max_age: float = 7 * 24 * 3600.0
     cost_table_min: int = 65  # sizes tabled at least: the longest draft at --draft-max 64
+    cost_cache_entries: int = 64  # models whose costs costs.json remembers (the most recently used)
 
     # --- prompts arriving beside generating requests (scheduler.Engine._prefill_budget)
     # While other slots generate, a step feeds prompt rows for at most this share of its
