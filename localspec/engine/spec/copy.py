@@ -44,7 +44,7 @@ class CopyTracker:
     copy: Copy | None = None
     edits: dict[int, list[tuple[tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)  # key[0] -> edits
     broke: tuple[int, int] | None = None  # (source position, text position) of the last break
-    # 1 for each of the answer's last TUNING.recent_window tokens that no copy predicted (its own writing)
+    # 1 for each of the answer's last recent_window tokens that no copy predicted (its own writing)
     recent: deque[int] = field(default_factory=lambda: deque(maxlen=TUNING.recent_window))
     n_originals: int = 0  # the sum of ``recent``, kept as tokens come
 
@@ -116,9 +116,9 @@ class CopyTracker:
         return start - self.hint if start >= self.prompt else -1
 
     def originals(self) -> int:
-        """How many of the answer's last TUNING.recent_window tokens no copy predicted: a short match
-        right after the answer's own writing is more often a coincidence or a paraphrase
-        than the start of a copy."""
+        """How many of the answer's last ``recent_window`` tokens no copy predicted: a
+        short match right after the answer's own writing is more often a coincidence or a
+        paraphrase than the start of a copy."""
         return self.n_originals
 
     def _seat(self) -> None:
@@ -142,10 +142,10 @@ class CopyTracker:
         self.broke = (copy.at, len(tokens))
 
     def _resume(self) -> None:
-        """After a break: if the answer's last TUNING.copy_resync tokens are the source's just past
-        the break (at most TUNING.edit_key_max on), with at most TUNING.edit_value_max of its own before them,
-        the copy resumes there, and the source tokens it skipped, replaced by the
-        answer's, are an edit."""
+        """After a break: if the answer's last ``copy_resync`` tokens are the source's
+        just past the break (at most ``edit_key_max`` on), with at most ``edit_value_max``
+        of its own before them, the copy resumes there, and the source tokens it skipped,
+        replaced by the answer's, are an edit (constants: tuning.py)."""
         src, out = self.broke
         tokens = self.index.tokens
         end = len(tokens)
@@ -169,9 +169,9 @@ class CopyTracker:
 
 
 def resync(source: list[int], at: int, tail: list[int], end: int | None = None) -> int | None:
-    """How many source tokens from ``at`` (at most TUNING.edit_key_max) an edit skipped, where the
-    source just past them is ``tail`` (the TUNING.copy_resync tokens written since) and ends by
-    ``end``; None where it is not there: the copy does not go on."""
+    """How many source tokens from ``at`` (at most ``edit_key_max``) an edit skipped,
+    where the source just past them is ``tail`` (the ``copy_resync`` tokens written since)
+    and ends by ``end``; None where it is not there: the copy does not go on."""
     for skip in range(TUNING.edit_key_max + 1):
         stop = at + skip + TUNING.copy_resync
         if source[at + skip : stop] == tail and (end is None or stop <= end):

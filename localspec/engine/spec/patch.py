@@ -139,7 +139,7 @@ def _apply(source: list[str], hunks: list[Hunk], finder: _Finder) -> list[str] |
 class _Finder:
     """Where a run of lines first occurs from a position on: the candidates are the
     places of its first line (an index of the stripped lines), checked within the
-    prompt's budget of comparisons (TUNING.hint_max_compared)."""
+    prompt's budget of comparisons (``hint_max_compared``, tuning.py)."""
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = [line.rstrip() for line in lines]
