@@ -37,6 +37,8 @@ from localspec.engine.spec.tuning import TUNING
 SHAPES = {  # ms by batch size
     "steep": {1: 45, 2: 90, 3: 119, 4: 146, 8: 315, 16: 408, 32: 672, 64: 1038},  # 2-core CPU
     "epyc": {1: 34, 2: 57, 3: 75, 4: 90, 8: 155, 12: 203, 16: 196, 24: 318, 32: 368, 48: 473, 64: 606},
+    # Qwen2.5-Coder-0.5B on a 2-core EPYC (calibrated 2026-12-07): two rows cost two steps
+    "steep2": {1: 19.2, 2: 38.4, 3: 44.0, 4: 51.1, 8: 83.4, 16: 126, 32: 222, 64: 370},
     "tiled": {1: 1.0, 2: 1.65, 4: 2.6, 8: 4.5, 16: 5.7, 32: 10.7, 48: 13.8, 64: 17.6},
     "gpu": {1: 10.0, 2: 10.0, 4: 10.2, 8: 10.3, 16: 10.5, 32: 11.0, 64: 12.0, 128: 14.0},
 }
@@ -158,7 +160,12 @@ def main() -> None:
     ap.add_argument("--per-prompt", action="store_true", help="each output's speedup under each ablation")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--model", help="the GGUF that wrote the outputs: its tokenizer")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a TUNING constant changed for every run (to try a value before it lands)")
     args = ap.parse_args()
+    changed = {name: type(getattr(TUNING, name))(value) for name, value in (kv.split("=", 1) for kv in args.set)}
+    stack = contextlib.ExitStack()
+    stack.enter_context(tuned(**changed))
     data: dict[str, dict] = {}
     for path in args.recorded:
         data.update(json.loads(Path(path).read_text()))
@@ -167,11 +174,13 @@ def main() -> None:
         from localspec.engine.backend import Model
         tokenizer = Model(args.model)
     results: dict[str, dict[str, dict[str, float]]] = {}
+    if args.rules == "none":
+        args.rules = ""
     for shape in args.shapes.split(","):
         table = {b: t / 1000 for b, t in SHAPES[shape].items()}
         base = run(data, table, tokenizer)
         results[shape] = {"(all rules)": base}
-        for rule in args.rules.split(","):
+        for rule in filter(None, args.rules.split(",")):
             with contextlib.ExitStack() as stack:  # "a+b": both off together
                 for part in rule.split("+"):
                     stack.enter_context(RULES[part][1]())
@@ -190,7 +199,7 @@ def main() -> None:
                     print(f"    {n:24s} {b:5.2f} -> {v:5.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
-    for rule in dict.fromkeys(p for r in args.rules.split(",") for p in r.split("+")):
+    for rule in dict.fromkeys(p for r in filter(None, args.rules.split(",")) for p in r.split("+")):
         print(f"{rule:16s} {RULES[rule][0]}")
 
 

@@ -118,10 +118,12 @@ def test_the_ledger_charges_a_failed_draft_its_cost_and_credits_kept_tokens():
     assert ledger.debt == pytest.approx(2.2 + 2.2 - 3.0) and ledger.written == 5
     ledger.settle(0, 0)  # a plain step costs nothing against plain
     assert ledger.debt == pytest.approx(1.4) and ledger.written == 6
-    # a failed longest draft (2 steps) is afforded in proportion to the tokens written, in
-    # full from loss_ramp on; plus loss_share of them
-    assert ledger.allowance(2.0) == pytest.approx(2.0 * 6 / TUNING.loss_ramp + TUNING.loss_share * 6)
+    # a failed longest draft (2 steps) is afforded only past loss_start tokens, in full
+    # loss_ramp later; loss_share of the tokens always
+    assert ledger.allowance(2.0) == pytest.approx(TUNING.loss_share * 6)
     assert not ledger.allows(np.array(extra), longest=2.0)[1:].any()  # 1.4 behind: nothing more
+    ledger.written = TUNING.loss_start + TUNING.loss_ramp // 2
+    assert ledger.allowance(2.0) == pytest.approx(1.0 + TUNING.loss_share * ledger.written)
     ledger.written = 64
     assert list(ledger.allows(np.array(extra), longest=2.0)) == [True, True, True, True]  # 2 + 1.92 - 1.4 left
 
@@ -134,7 +136,7 @@ def test_on_recorded_answers_no_request_ends_behind_plain_by_more_than_its_allow
     table = {b: t / 1000 for b, t in SHAPES[shape].items()}
     longest = (tile_cost(table, 65) - table[1]) / table[1]
     for name in ("qwen2.5-coder-1.5b-greedy.json", "qwen2.5-coder-1.5b-agent-greedy.json",
-                 "qwen2.5-coder-1.5b-public-greedy.json"):
+                 "qwen2.5-coder-1.5b-public-greedy.json", "qwen2.5-coder-0.5b-public-greedy.json"):
         for key, rec in json.loads((DATA / name).read_text()).items():
             result = replay(rec["prompt"], rec["truth"], table)
             behind = (len(rec["truth"]) - 1) * (1 / result.speedup - 1)
@@ -148,19 +150,23 @@ def test_on_recorded_answers_no_request_ends_behind_plain_by_more_than_its_allow
 EPYC = {1: 34.0, 2: 57.0, 3: 75.0, 4: 90.0, 8: 155.0, 12: 203.0, 16: 196.0, 24: 318.0, 32: 368.0, 48: 473.0, 64: 606.0}
 
 
-@pytest.mark.parametrize("table", [EPYC, FLAT], ids=["2-core EPYC", "flat"])
-def test_a_short_answer_is_never_bet_a_long_draft_and_no_public_answer_loses(table: dict[int, float]):
-    """Replayed on Qwen2.5-Coder-1.5B's answers to prompts nobody here wrote (the
-    Spec-Bench sample, localspec/bench/specbench.jsonl): none ends more than a step behind
-    plain where the answer is short, none below 0.96x plain. Before the allowance ramped
-    over the first tokens, sb-mt-bench-101 (33 tokens) drafted 15 on its third and kept
-    one: 0.89x on the EPYC's costs."""
+EPYC_05 = {1: 19.2, 2: 38.4, 3: 44.0, 4: 51.1, 8: 83.4, 16: 126.0, 32: 222.0, 64: 370.0}  # 0.5B: 2 rows, 2 steps
+
+
+@pytest.mark.parametrize("table", [EPYC, EPYC_05, FLAT], ids=["2-core EPYC", "EPYC 0.5B", "flat"])
+@pytest.mark.parametrize("model", ["0.5b", "1.5b"])
+def test_a_short_answer_risks_no_failed_draft_and_no_public_answer_loses(table: dict[int, float], model: str):
+    """Replayed on Qwen2.5-Coder's answers to prompts nobody here wrote (the Spec-Bench
+    sample, localspec/bench/specbench.jsonl, and the edit prompts): none below 0.97x
+    plain, and an answer shorter than ``loss_start`` tokens never more than
+    ``loss_share`` of it behind. Before the failed draft was afforded only past the first
+    16 tokens, sb-qa-361 (23 tokens) drafted 3 at its sixth and kept none: 0.94x on the
+    0.5B's costs; sb-rag-521 (1.5B, 20 tokens) 0.92x on steep ones."""
     t = {b: ms / 1000 for b, ms in table.items()}
-    public = json.loads((DATA / "qwen2.5-coder-1.5b-public-greedy.json").read_text())
+    public = json.loads((DATA / f"qwen2.5-coder-{model}-public-greedy.json").read_text())
     for name, rec in public.items():
         result = replay(rec["prompt"], rec["truth"], t)
-        assert result.speedup >= 0.96, name
-        early = [drafted for drafted, _ in result.steps[:3]]
-        if len(rec["truth"]) < TUNING.loss_ramp:  # a failed early draft of 15 would cost 5 steps here
-            behind = (len(rec["truth"]) - 1) * (1 / result.speedup - 1)
-            assert behind <= 1.0 + 1e-6, (name, early)
+        assert result.speedup >= 0.97, name
+        behind = (len(rec["truth"]) - 1) * (1 / result.speedup - 1)
+        if len(rec["truth"]) <= TUNING.loss_start:
+            assert behind <= TUNING.loss_share * len(rec["truth"]) + 1e-6, name

@@ -105,10 +105,10 @@ def costs_from(table: dict[int, float]) -> Costs:
 
 
 def past_first_tokens(spec: SpecState) -> SpecState:
-    """A request past its first ``loss_ramp`` tokens, whose ledger affords one failed
-    draft of the longest length (spec/ledger.py): the tests below, which emit tokens
-    without verifying steps, are about the choice of k, not the bound on loss."""
-    spec.ledger.written = TUNING.loss_ramp
+    """A request past its first ``loss_start + loss_ramp`` tokens, whose ledger affords
+    one failed draft of the longest length (spec/ledger.py): the tests below, which emit
+    tokens without verifying steps, are about the choice of k, not the bound on loss."""
+    spec.ledger.written = TUNING.loss_start + TUNING.loss_ramp
     return spec
 
 
