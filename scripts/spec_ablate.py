@@ -29,7 +29,8 @@ from localspec.bench.replay import replay
 from localspec.engine.spec import copy as copymod
 from localspec.engine.spec import store as storemod
 from localspec.engine.spec.ngram import NgramIndex
-from localspec.engine.spec.policy import SpecPolicy, SpecState
+from localspec.engine.spec.policy import SpecPolicy
+from localspec.engine.spec.state import SpecState
 from localspec.engine.spec.store import Recall, Store
 from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING

@@ -14,7 +14,8 @@ from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.patch import Tokenizer
-from localspec.engine.spec.policy import SlotView, SpecPolicy, SpecState
+from localspec.engine.spec.policy import SlotView, SpecPolicy
+from localspec.engine.spec.state import SpecState
 from localspec.engine.spec.store import Store
 from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING

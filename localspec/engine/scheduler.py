@@ -21,7 +21,8 @@ from localspec.engine.constraint import Constraints
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
-from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState
+from localspec.engine.spec.policy import SlotView, SpecPolicy
+from localspec.engine.spec.state import Proposal, SpecState
 from localspec.engine.spec.store import Store
 from localspec.engine.spec.tuning import TUNING
 from localspec.engine.spec.verify import verify
@@ -287,7 +288,7 @@ class Engine:
             job, spec = slot.job, slot.spec
             state = "idle" if job is None else "prefilling" if slot.pending is None and slot.generated == 0 else "generating"
             out.append(SlotState(slot.seq, state, len(slot.tokens), spec.drafters if spec else "off",
-                                 spec.accepted / spec.drafted if spec and spec.drafted else None))
+                                 spec.tally.accepted / spec.tally.drafted if spec and spec.tally.drafted else None))
         return out
 
     def keep_texts(self, budget: int) -> None:
@@ -532,8 +533,8 @@ class Engine:
         for slot in generating:
             if slot.active:
                 if slot.spec is not None:
-                    slot.spec.draft_s += t_draft
-                    slot.spec.verify_s += t_verify
+                    slot.spec.tally.draft_s += t_draft
+                    slot.spec.tally.verify_s += t_verify
                 self._advance(slot, first_row[slot.seq], proposals.get(slot.seq), slot is padded)
         for slot, row, _ in prefilled:
             if slot.active and row >= 0:
@@ -648,7 +649,7 @@ class Engine:
         slot.pending = None
         if slot.spec is not None:
             slot.spec.record(proposal, accepted)
-            slot.spec.sample_s += time.perf_counter() - t0
+            slot.spec.tally.sample_s += time.perf_counter() - t0
         out = drafts[:accepted] + [nxt]
         for i, token in enumerate(out):
             if not self._emit(slot, token, i < accepted, row0 + i):

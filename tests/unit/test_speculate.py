@@ -13,7 +13,8 @@ from localspec.bench.replay import draft_model, fixed_rule, mod_rule, oracle, re
 from localspec.engine.spec.acceptance import Acceptance, RunAcceptance
 from localspec.engine.spec.costs import Costs
 from localspec.engine.spec.ngram import NgramIndex
-from localspec.engine.spec.policy import Proposal, SlotView, SpecPolicy, SpecState, choose_k
+from localspec.engine.spec.policy import SlotView, SpecPolicy, choose_k
+from localspec.engine.spec.state import Proposal, SpecState
 from localspec.engine.spec.store import Store
 from localspec.engine.spec.tuning import TUNING
 from localspec.engine.spec.verify import residual, verify
@@ -83,17 +84,17 @@ def test_ngram_never_proposes_from_the_current_position():
 
 def test_acceptance_learns_and_untried_depths_inherit_once_sure():
     acc = Acceptance(prior=0.5, k_max=8)
-    acc.update(drafted=2, accepted=2)
+    acc.update(0, drafted=2, accepted=2)
     rates = acc.rates(8)
     assert rates[0] > 0.6 and rates[1] > 0.6
     assert rates[2:] == pytest.approx([0.5] * 6)  # one lucky draft: deeper is a guess, the prior
     for _ in range(30):
-        acc.update(drafted=2, accepted=2)
+        acc.update(0, drafted=2, accepted=2)
     rates = acc.rates(8)
     assert rates[0] > 0.9 and rates[1] > 0.9
     assert rates[7] > 0.85  # depth 2 is well judged: depth 8 inherits its rate
     for _ in range(30):
-        acc.update(drafted=4, accepted=0)
+        acc.update(0, drafted=4, accepted=0)
     assert acc.rates(1)[0] < 0.35  # and forgets what no longer holds
 
 
@@ -177,21 +178,21 @@ def test_costs_keep_their_shape_when_the_machine_slows_down():
 def test_no_speculation_when_the_draft_costs_too_much():
     costs = costs_from({1: 1.0, 2: 1.3, 4: 1.6, 8: 2.4, 16: 2.9})
     acc = Acceptance(prior=0.6, k_max=16)
-    assert choose_k(acc.expected_tokens(16), costs, draft_cost=0.9) == 0
+    assert choose_k(acc.expected_tokens(0, 16), costs, draft_cost=0.9) == 0
 
 
 def test_long_drafts_when_everything_is_accepted_and_verifying_is_cheap():
     costs = costs_from({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4})
     acc = Acceptance(prior=0.5, k_max=16)
     for _ in range(50):
-        acc.update(drafted=8, accepted=8)
-    assert choose_k(acc.expected_tokens(15), costs) >= 8
+        acc.update(0, drafted=8, accepted=8)
+    assert choose_k(acc.expected_tokens(0, 15), costs) >= 8
 
 
 def test_draft_min_bounds_the_choice():
     costs = costs_from({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4})
     acc = Acceptance(prior=0.9, k_max=16)
-    assert choose_k(acc.expected_tokens(2), costs, k_min=2) == 2
+    assert choose_k(acc.expected_tokens(0, 2), costs, k_min=2) == 2
 
 
 def test_one_hot_drafts_reproduce_plain_sampling_exactly():
@@ -235,16 +236,16 @@ def test_undrafted_proposals_teach_where_long_drafts_pay():
     rng = np.random.default_rng(0)
     prompt = [int(t) for t in rng.integers(0, 1000, 300)]
     spec = simulate_ngram(prompt, prompt[40:240], LONG_ONLY)
-    assert max(spec.lengths) >= 12
-    assert spec.steps < 200 / 4  # plain decoding takes 199 steps
-    assert spec.accepted / spec.drafted > 0.9
+    assert max(spec.tally.lengths) >= 12
+    assert spec.tally.steps < 200 / 4  # plain decoding takes 199 steps
+    assert spec.tally.accepted / spec.tally.drafted > 0.9
 
 
 def test_nothing_is_drafted_where_nothing_is_copied():
     rng = np.random.default_rng(1)
     prompt = [int(t) for t in rng.integers(0, 50, 300)]  # small vocabulary: many 1-2-gram matches
     spec = simulate_ngram(prompt, [int(t) for t in rng.integers(0, 50, 200)], LONG_ONLY)
-    assert spec.drafted == 0 and spec.shadowed > 50
+    assert spec.tally.drafted == 0 and spec.tally.shadowed > 50
 
 
 def test_a_shadow_is_judged_token_by_token():

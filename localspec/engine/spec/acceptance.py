@@ -1,17 +1,41 @@
-"""How likely a drafted token is to be kept: the two estimators speculation decides with.
+"""How likely a drafted token is to be kept: the estimators speculation decides with,
+all behind one interface (``Estimator``).
 
-Two, for a stated reason: a draft model's acceptance depends on how deep into one draft
-a token lies (its errors compound along the draft), an n-gram copy's on how long the
-copy has gone on (thirty tokens that followed a source are an edited file written out
-again; four may be a coincidence). Both pool positions in doubling bands, forget old
-evidence, and never let an unjudged band look better than its prior on a guess.
+Three kinds, for a stated reason: a draft model's acceptance depends on how deep into
+one draft a token lies (its errors compound along the draft), an n-gram copy's on how
+long the copy has gone on (thirty tokens that followed a source are an edited file
+written out again; four may be a coincidence), measured as the run of output that
+followed the short n-gram index's proposals or as the length of the match behind a
+long copy. All pool positions in doubling bands, forget old evidence, and never let an
+unjudged band look better than its prior on a guess.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from localspec.engine.spec.tuning import TUNING
+
+
+class Estimator(Protocol):
+    """What every drafter's acceptance answers. ``at`` is where a draft starts: the run
+    position (RunAcceptance), the length of the match behind it (MatchAcceptance), 0 for
+    a draft model (Acceptance: by depth in the draft); ``order`` the n-gram's length
+    where it matters (the run's first position)."""
+
+    def expected_tokens(self, at: int, k: int, order: int = 0) -> np.ndarray:
+        """Tokens one step yields with 0..k drafts from ``at``: the kept prefix plus one."""
+        ...
+
+    def update(self, at: int, drafted: int, accepted: int, order: int = 0) -> None:
+        """A draft from ``at`` verified: ``accepted`` of its ``drafted`` tokens kept."""
+        ...
+
+    def judge(self, at: int, kept: bool, order: int = 0) -> None:
+        """One proposed token at ``at`` judged against the output, for free."""
+        ...
 
 
 def bands(k: int) -> list[tuple[int, int]]:
@@ -40,8 +64,9 @@ class Acceptance:
         self.kept = np.zeros(k_max + 1)
         self.deepest = 0  # the deepest position ever judged
 
-    def update(self, drafted: int, accepted: int) -> None:
-        """A whole draft judged: ``accepted`` of its ``drafted`` tokens were kept."""
+    def update(self, at: int, drafted: int, accepted: int, order: int = 0) -> None:
+        """A whole draft judged: ``accepted`` of its ``drafted`` tokens were kept (a draft
+        always starts at depth 1: ``at`` is 0)."""
         if drafted == 0:
             return
         self.tried *= self.decay
@@ -52,6 +77,14 @@ class Acceptance:
             self.deepest = max(self.deepest, depth)
             self.tried[depth] += 1
             self.kept[depth] += depth <= accepted
+
+    def judge(self, at: int, kept: bool, order: int = 0) -> None:
+        """The draft's token at depth ``at + 1`` judged on its own."""
+        depth = at + 1
+        if depth < self.tried.size:
+            self.deepest = max(self.deepest, depth)
+            self.tried[depth] += 1
+            self.kept[depth] += kept
 
     def rates(self, k: int) -> np.ndarray:
         out = np.empty(k)
@@ -66,7 +99,7 @@ class Acceptance:
             out[lo - 1 : hi] = prev
         return out
 
-    def expected_tokens(self, k: int) -> np.ndarray:
+    def expected_tokens(self, at: int, k: int, order: int = 0) -> np.ndarray:
         """Tokens one step yields with 0..k drafts: the kept prefix plus one target token."""
         return np.concatenate(([1.0], 1.0 + np.cumsum(np.cumprod(self.rates(k)))))
 
@@ -106,7 +139,7 @@ class RunAcceptance:
             counts[0] *= d
             counts[1] *= d
 
-    def judge(self, position: int, kept: bool, order: int) -> None:
+    def judge(self, position: int, kept: bool, order: int = 0) -> None:
         """The proposed token at run ``position`` (1-based) was judged."""
         if position <= 1:
             counts = self.first.setdefault(order, [0.0, 0.0])
@@ -117,7 +150,7 @@ class RunAcceptance:
         self.tried[band] += 1
         self.kept[band] += kept
 
-    def update(self, run: int, drafted: int, accepted: int, order: int) -> None:
+    def update(self, run: int, drafted: int, accepted: int, order: int = 0) -> None:
         """A draft made at run position ``run`` judged: ``accepted`` of ``drafted`` kept."""
         if drafted == 0:
             return
@@ -142,7 +175,7 @@ class RunAcceptance:
             sure = t >= TUNING.run_sure * (1 << (band - 1))
         return out
 
-    def expected_tokens(self, run: int, k: int, order: int) -> np.ndarray:
+    def expected_tokens(self, run: int, k: int, order: int = 0) -> np.ndarray:
         """Tokens one step yields with 0..k drafts at run position ``run``."""
         last = run + k
         if last < _BAND_OF.size:
@@ -174,7 +207,7 @@ class MatchAcceptance:
     def band(cls, n: int) -> int:
         return min(cls.BANDS, max(1, n).bit_length()) - 1
 
-    def update(self, n: int, drafted: int, accepted: int) -> None:
+    def update(self, n: int, drafted: int, accepted: int, order: int = 0) -> None:
         """A draft behind a match of ``n`` judged: ``accepted`` of ``drafted`` kept."""
         if drafted == 0:
             return
@@ -185,7 +218,7 @@ class MatchAcceptance:
             self.tried[b] += 1
             self.kept[b] += j < accepted
 
-    def judge(self, n: int, kept: bool) -> None:
+    def judge(self, n: int, kept: bool, order: int = 0) -> None:
         """One output token judged against what followed the earlier occurrence of a
         match of ``n``: every token is evidence, drafted or not."""
         d = TUNING.match_token_decay
@@ -195,7 +228,7 @@ class MatchAcceptance:
         self.tried[b] += 1
         self.kept[b] += kept
 
-    def expected_tokens(self, n: int, k: int) -> np.ndarray:
+    def expected_tokens(self, n: int, k: int, order: int = 0) -> np.ndarray:
         """Tokens one step yields with 0..k drafts behind a match of ``n``."""
         w, priors = TUNING.run_weight, TUNING.match_priors
         # How much likelier to break than the priors say this text has been, over every

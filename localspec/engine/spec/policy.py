@@ -3,259 +3,32 @@ tokens it drafts (the k that pays, from measured costs and the request's accepta
 far), including none when nothing beats plain decoding; probes; the draft model's batch.
 
 It reads an explicit per-slot view (``SlotView``) built by the scheduler, never the
-scheduler's own slot, and returns typed proposals.
+scheduler's own slot, and returns typed proposals; each request's own state (its
+estimators, ledger, tally) is a ``SpecState`` (state.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from localspec.engine.sampling import Distribution, Sampler, one_hot, top_probability
-from localspec.engine.spec.acceptance import Acceptance, MatchAcceptance, RunAcceptance
+from localspec.engine.spec.acceptance import Acceptance
 from localspec.engine.spec.copy import CopyTracker
 from localspec.engine.spec.costs import Costs, calibrate
 from localspec.engine.spec.draftmodel import DraftJob, DraftModel, Pick
 from localspec.engine.spec.ledger import Ledger
 from localspec.engine.spec.ngram import NgramIndex
 from localspec.engine.spec.patch import Tokenizer, diff_hints
-from localspec.engine.spec.store import Recall, Store
+from localspec.engine.spec.state import Proposal, SpecState, agreeing
+from localspec.engine.spec.store import Store
 from localspec.engine.spec.suffix import SuffixIndex
 from localspec.engine.spec.tuning import TUNING
-from localspec.types import SpecConfig, SpecStats
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """Tokens a drafter proposes for one slot, each with the distribution q it was drawn
-    from (one-hot for an n-gram copy or a greedy draft)."""
-
-    kind: Literal["ngram", "draft"]
-    tokens: list[int]
-    qs: list[Distribution]
-    order: int = 0  # n-gram: the length of the match
-    start: int = -1  # n-gram: where in the request's text the tokens were copied from
-    # n-gram: which index proposed: "ngram" (the short n-gram index), "match" (the
-    # longest earlier match in the request's own text), "store" (earlier requests' texts)
-    source: Literal["ngram", "match", "store"] = "ngram"
-
-
-@dataclass
-class Shadow:
-    """An n-gram proposal that was not drafted, judged against the tokens that follow.
-
-    Under greedy decoding the tokens a verification would have kept are exactly the
-    proposal's common prefix with the output; under sampling with a one-hot q a draft x is
-    kept with probability p(x), the chance that the output token is x. So an undrafted
-    proposal measures the acceptance it would have had, at every depth, for free: the
-    choice of k learns where drafting would pay without paying for a failed draft (on a
-    CPU where only long drafts pay, short probes could never show it)."""
-
-    order: int  # the n-gram length it was proposed on
-    tokens: list[int]
-    start: int  # where in the index the proposal was copied from
-    matched: int = 0
-
-
-@dataclass
-class SpecState:
-    """One request's speculation: its settings, n-gram index, acceptance, and stats."""
-
-    config: SpecConfig
-    drafters: str  # ngram, draft or auto: what this request may use here
-    ngram: NgramIndex | None
-    accept_ngram: RunAcceptance  # by place in the run of output that followed the proposals
-    accept_draft: Acceptance
-    kept_in_a_row: int = 0  # the run: output tokens in a row that followed n-gram proposals
-    drafted: int = 0
-    accepted: int = 0
-    steps: int = 0
-    ngram_drafted: int = 0
-    model_drafted: int = 0
-    lengths: dict[int, int] = field(default_factory=dict)
-    by_drafter: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (drafted, accepted)
-    accepted_at: dict[int, int] = field(default_factory=dict)  # draft position -> times kept
-    idle_steps: int = 0  # steps since the last draft, for probing
-    probe_every: int = TUNING.probe_every
-    probing: bool = False
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    sample_s: float = 0.0
-    shadow: Shadow | None = None
-    shadowed: int = 0  # proposals judged without drafting
-    recall: Recall | None = None  # the text's end matched against earlier requests' texts
-    copy: CopyTracker | None = None  # the copy of its own earlier text it follows, edits learnt
-    # Every output token is judged by the copy it followed, in one of three tables: a copy
-    # of the output's own earlier text (a restated signature: on the 25 recorded answers
-    # such copies held 42% at matches of 8-15 tokens, quotes of the prompt 97%); a quote of
-    # the prompt (or of an earlier request's text, from the store) made while the answer
-    # has been copying (an edit writing its input out again), trusted at the measured
-    # priors; and one made right after the answer's own writing (a phrase quoted in a
-    # summary), often a coincidence: on the 25 answers quotes at matches of 8-15
-    # tokens held 98-99% where at most 8 of the last 32 tokens were the answer's own,
-    # 92-94% where 9 or more were.
-    accept_store: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.quote_scale_prior))
-    accept_quote: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.quote_scale_prior))
-    accept_fresh: MatchAcceptance = field(default_factory=lambda: MatchAcceptance(scale_prior=TUNING.fresh_scale_prior))
-    accept_own: MatchAcceptance = field(default_factory=MatchAcceptance)
-    written: int = 0  # output tokens so far
-    # Where the store and the request's own copy propose different tokens: which one the
-    # output followed at their last difference (see stored_part), and the difference
-    # still to come (output tokens when it is decided, the store's token, the copy's).
-    followed: Literal["store", "own"] | None = None
-    race: tuple[int, int, int] | None = None
-    ledger: Ledger = field(default_factory=Ledger)  # its balance against plain: the bound on loss
-
-    def run_depth(self) -> int:
-        """The run position the short n-gram index's proposals are costed and judged at:
-        no deeper than the longest match behind the text's end (the suffix index's, or the
-        copy's through its edits). Output that followed one short match after another is
-        a chain of coincidences, not a copy: on the replay of the 25 answers (EPYC costs),
-        drafts of 1-3-token matches made 8 or more tokens into a run yielded 0.15-0.63 of
-        what the run's rates promised."""
-        copy = self.copy
-        if copy is None:
-            return self.kept_in_a_row
-        n = copy.index.match()[0]
-        if copy.copy is not None:
-            n = max(n, copy.copy.length)
-        return min(self.kept_in_a_row, n)
-
-    def writing(self) -> bool:
-        """Whether the answer has just been writing text of its own (see accept_quote)."""
-        return self.copy is not None and self.copy.originals() >= TUNING.fresh_originals
-
-    def accept_copy(self, start: int) -> MatchAcceptance:
-        """The acceptance of a copy of the text from ``start``: quoting the prompt (while
-        the answer copies, or not) or the answer's own text."""
-        copy = self.copy
-        if copy is None or start >= copy.prompt:
-            return self.accept_own
-        return self.accept_fresh if self.writing() else self.accept_quote
-
-    def quote_table(self) -> MatchAcceptance:
-        """The table a quote of the prompt made now is judged in."""
-        return self.accept_copy(0)
-
-    def accept_stored(self) -> MatchAcceptance:
-        """The acceptance of a copy of an earlier request's text: as a quote of the prompt."""
-        return self.accept_fresh if self.writing() else self.accept_store
-
-    def stored_part(self, stored: list[int], own: list[int], longer: bool) -> list[int]:
-        """Of a stored text's proposal, what to draft where the request's own copy
-        proposes too. An earlier answer's match runs past the copy's (its chat template
-        matches too) but knows neither the edits the copy learnt nor this request's
-        task: where the two agree, the longer proposal goes; where they differ, the side
-        the output followed at their last difference, and before any, the store where
-        its match is ``longer`` (or as long: an earlier answer the output has followed
-        from its start says more than the input both copy; on the agent trace's replay
-        ties to the own copy cost 2.5%)."""
-        c = _agreeing(stored, own)
-        if c == len(stored):  # one goes on where the other stops
-            return stored if len(stored) > len(own) else []
-        if self.race is None:
-            self.race = (self.written + c + 1, stored[c], own[c])
-        side = self.followed or ("store" if longer else "own")
-        return stored if side == "store" else []
-
-    def shadow_proposal(self, order: int, tokens: list[int], start: int) -> None:
-        """Judge an undrafted n-gram proposal against the coming output: one at a time
-        (a token is evidence once), replaced when a longer or shorter match proposes."""
-        if self.shadow is None or self.shadow.order != order:
-            self.accept_ngram.begin()
-            self.shadow = Shadow(order, tokens, start)
-            self.shadowed += 1
-
-    def emitted(self, token: int) -> None:
-        """A token of the output: indexed for lookup, and judged against the shadow as it
-        comes (evidence at once, not after a whole proposal's worth of steps)."""
-        if self.ngram is not None:
-            self.ngram.extend([token])
-        if self.copy is not None:
-            quotes = self.quote_table()  # as it was when the token was proposed
-            judged = self.copy.emitted(token)
-            if judged is not None:
-                n, kept, quoted = judged
-                (quotes if quoted else self.accept_own).judge(n, kept)
-        if self.recall is not None:
-            self.recall.extend([token])
-        self.written += 1
-        if self.race is not None and self.written == self.race[0]:
-            _, stored, own = self.race
-            self.followed = "store" if token == stored else "own" if token == own else self.followed
-            self.race = None
-        shadow = self.shadow
-        if shadow is None:
-            return
-        kept = token == shadow.tokens[shadow.matched]
-        self.accept_ngram.judge(self.kept_in_a_row + 1, kept, shadow.order)
-        if kept:
-            shadow.matched += 1
-            self.kept_in_a_row += 1
-            if self.ngram is not None:
-                self.ngram.accepted(shadow.start, shadow.matched)
-        else:
-            self.kept_in_a_row = 0
-        if not kept or shadow.matched == len(shadow.tokens):
-            self.shadow = None
-
-    def record(self, proposal: Proposal | None, accepted: int) -> None:
-        """After verification: acceptance statistics, the run, the n-gram copy cursor."""
-        drafted = len(proposal.tokens) if proposal else 0
-        self.ledger.settle(drafted, accepted)
-        self.steps += 1
-        self.lengths[drafted] = self.lengths.get(drafted, 0) + 1
-        if proposal is None or drafted == 0:
-            self.idle_steps += 1
-            return
-        self.drafted += drafted
-        self.accepted += accepted
-        d, a = self.by_drafter.get(proposal.kind, (0, 0))
-        self.by_drafter[proposal.kind] = (d + drafted, a + accepted)
-        for position in range(1, accepted + 1):
-            self.accepted_at[position] = self.accepted_at.get(position, 0) + 1
-        if proposal.kind == "ngram":
-            self.ngram_drafted += drafted
-            if proposal.source == "store":
-                self.accept_stored().update(proposal.order, drafted, accepted)
-            elif proposal.source == "ngram":
-                self.accept_ngram.update(self.run_depth(), drafted, accepted, proposal.order)
-            # ("match": every token was judged as it came, in emitted)
-            self.kept_in_a_row = self.kept_in_a_row + accepted if accepted == drafted else 0
-            if self.ngram is not None:
-                start = self.copy.own_position(proposal.start) if proposal.source == "match" and self.copy else proposal.start
-                self.ngram.accepted(start, accepted)
-        else:
-            self.model_drafted += drafted
-            self.accept_draft.update(drafted, accepted)
-        if self.probing:  # a probe that did not restart drafting: wait twice as long
-            self.probe_every = min(self.probe_every * 2, TUNING.probe_every_max)
-            self.probing = False
-        else:
-            self.probe_every = TUNING.probe_every
-        self.idle_steps = 0
-
-    @property
-    def ran(self) -> str:
-        """What actually drafted: off, ngram, draft, or ngram+draft."""
-        kinds = [n for n, c in (("ngram", self.ngram_drafted), ("draft", self.model_drafted)) if c]
-        return "+".join(kinds) if kinds else "off"
-
-    def stats(self) -> SpecStats:
-        """What speculation did for the request, as its Result reports it."""
-        return SpecStats(self.ran, self.drafted, self.accepted, self.steps, dict(sorted(self.lengths.items())),
-                         self.draft_s, self.verify_s, self.sample_s, dict(self.by_drafter),
-                         dict(sorted(self.accepted_at.items())))
-
-    def should_probe(self) -> bool:
-        """Draft once anyway after a while without drafts, so that the acceptance estimate
-        can notice that the text changed; each probe that changes nothing doubles the wait."""
-        self.probing = self.idle_steps >= self.probe_every
-        return self.probing
+from localspec.types import SpecConfig
 
 
 @dataclass
@@ -294,7 +67,6 @@ class SpecPolicy:
             config=config,
             drafters=drafters,
             ngram=NgramIndex(prompt, config.ngram_min, config.ngram_max) if drafters in ("ngram", "auto") else None,
-            accept_ngram=RunAcceptance(),
             accept_draft=Acceptance(prior=TUNING.draft_prior, k_max=config.draft_max),
         )
 
@@ -325,9 +97,7 @@ class SpecPolicy:
                         tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
                     if not tokens:
                         continue
-                    expected = (spec.accept_stored().expected_tokens(order, len(tokens)) if source == "store" else
-                                spec.accept_copy(start).expected_tokens(order, len(tokens)) if source == "match" else
-                                spec.accept_ngram.expected_tokens(spec.run_depth(), len(tokens), order))
+                    expected = spec.judged(source, order, start).expected_tokens(len(tokens))
                     k = self._choose(spec, len(tokens), expected, 0.0)
                     if k:
                         proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order,
@@ -341,7 +111,7 @@ class SpecPolicy:
             # auto: the draft model where the n-gram lookup has nothing that pays
             if self.draft is not None and spec.drafters in ("draft", "auto") and self._draft_pays(spec.config):
                 gap = len(slot.tokens) + 1 - self.draft.cached(slot.seq, slot.tokens)
-                expected = spec.accept_draft.expected_tokens(growth_limit(spec.accept_draft, room))
+                expected = spec.judged("draft").expected_tokens(growth_limit(spec.accept_draft, room))
                 k = self._choose(spec, room, expected, self.costs.draft_token, probe=gap)
                 if k:
                     jobs.append(DraftJob(slot.seq, slot.tokens + [slot.pending], k,
@@ -376,7 +146,7 @@ class SpecPolicy:
             yield n_own, own_tokens, own_start, "match"
         order, tokens, start = spec.ngram.propose(room)
         if own_tokens:  # the copy's longer evidence overrules a short n-gram where they differ
-            tokens = tokens[: _agreeing(tokens, own_tokens)]
+            tokens = tokens[: agreeing(tokens, own_tokens)]
         yield order, tokens, start, "ngram"
 
     def _draft_pays(self, config: SpecConfig) -> bool:
@@ -398,7 +168,7 @@ class SpecPolicy:
         if not spec.config.adaptive:
             return self._batch.take(room)
         k = self._batch.choose(expected, k_min, draft_cost, spec.ledger, spec.config.draft_max)
-        if k == 0 and probe is not None and probe <= TUNING.probe_catch_up_max and spec.should_probe():
+        if k == 0 and probe is not None and probe <= TUNING.probe_catch_up_max and spec.probe.due():
             k = self._batch.bet(max(1, k_min), expected, draft_cost, spec.ledger, spec.config.draft_max)
         return k
 
@@ -417,15 +187,6 @@ class SpecPolicy:
         context) that ``draft_max`` may need and are not yet known (engine thread)."""
         self.calibrated = True
         calibrate(self.costs, ctx, batch, seq, token, self.unmeasured(capacity, draft_max), self.draft)
-
-
-def _agreeing(tokens: list[int], other: list[int]) -> int:
-    """How far ``tokens`` may go without contradicting ``other``: all of it where one is
-    a prefix of the other, else up to their first difference."""
-    for i, (a, b) in enumerate(zip(tokens, other)):
-        if a != b:
-            return i
-    return len(tokens)
 
 
 def _picker(sampler: Sampler, p_min: float) -> Pick:
