@@ -131,8 +131,10 @@ def category(name: str) -> str:
 def run(data: dict[str, dict], table: dict[int, float], tokenizer: object = None) -> dict[str, float]:
     store = Store()
     out = {}
+    cap = max(len(d["truth"]) for d in data.values())  # the limit they were recorded under
     for name, d in data.items():
-        out[name] = replay(d["prompt"], d["truth"], table, tokenizer=tokenizer, store=store).speedup
+        out[name] = replay(d["prompt"], d["truth"], table, tokenizer=tokenizer, store=store,
+                           max_tokens=d.get("max_tokens", cap)).speedup
         store.add("", d["prompt"] + d["truth"])
     return out
 

@@ -54,9 +54,14 @@ class Replayed:
 
 
 def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_max: int = 64,
-           tokenizer: Tokenizer | None = None, store: Store | None = None) -> Replayed:
+           tokenizer: Tokenizer | None = None, store: Store | None = None,
+           max_tokens: int | None = None) -> Replayed:
     """The engine's policy replayed; ``tokenizer`` (the model's) lets it read the diffs in
-    the prompt, as the engine does; ``store``: earlier requests' texts to draft from."""
+    the prompt, as the engine does; ``store``: earlier requests' texts to draft from.
+    ``max_tokens``: the limit the output was recorded under; an output shorter ended
+    there, which the engine cannot know: it drafts as far as the limit allows, and
+    drafts past the end fail (without it, the replay never drafted past an answer's
+    last token, and a short answer's failed last draft went unseen)."""
     costs = Costs()
     for b, seconds in sorted(table.items()):  # size 1 first: the others are ratios to it
         costs.set_target(b, seconds)
@@ -68,7 +73,7 @@ def replay(prompt: list[int], truth: list[int], table: dict[int, float], draft_m
     spec.emitted(truth[0])  # the first token comes from the prefill
     done, elapsed, steps = 1, 0.0, []
     while done < len(truth):
-        view = SlotView(0, tokens, truth[done - 1], len(truth) - done - 1, spec, None)
+        view = SlotView(0, tokens, truth[done - 1], max(max_tokens or 0, len(truth)) - done - 1, spec, None)
         proposal = policy.propose([view]).get(0)
         drafts = proposal.tokens if proposal else []
         n = kept(drafts, truth, done)

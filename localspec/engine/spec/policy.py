@@ -97,8 +97,9 @@ class SpecPolicy:
                         tokens = tokens[: slot.sampler.allowed_prefix(tokens)]
                     if not tokens:
                         continue
-                    expected = spec.judged(source, order, start).expected_tokens(len(tokens))
-                    k = self._choose(spec, len(tokens), expected, 0.0)
+                    judged = spec.judged(source, order, start)
+                    expected = judged.expected_tokens(len(tokens))
+                    k = self._choose(spec, len(tokens), expected, 0.0, evidence=judged.at)
                     if k:
                         proposals[slot.seq] = Proposal("ngram", tokens[:k], [one_hot(t) for t in tokens[:k]], order,
                                                        start, source)
@@ -157,17 +158,19 @@ class SpecPolicy:
         return draft_can_pay(self.costs, config.draft_max)
 
     def _choose(self, spec: SpecState, room: int, expected: np.ndarray, draft_cost: float,
-                probe: int | None = None) -> int:
+                probe: int | None = None, evidence: int | None = None) -> int:
         """The k that pays. A draft model's acceptance can only be learnt by drafting, so
         after a while without drafts it drafts once anyway (``probe``: the tokens it must
         first catch up; a probe after a long pause is a prefill costing several target
-        steps, so only while that is short). N-gram proposals are judged as shadows."""
+        steps, so only while that is short). N-gram proposals are judged as shadows.
+        ``evidence``: the length of the match a copy follows (the bound on loss affords
+        a failed long draft only to a long one, ledger.py)."""
         if room <= 0:
             return 0
         k_min = min(spec.config.draft_min, room)
         if not spec.config.adaptive:
             return self._batch.take(room)
-        k = self._batch.choose(expected, k_min, draft_cost, spec.ledger, spec.config.draft_max)
+        k = self._batch.choose(expected, k_min, draft_cost, spec.ledger, spec.config.draft_max, evidence)
         if k == 0 and probe is not None and probe <= TUNING.probe_catch_up_max and spec.probe.due():
             k = self._batch.bet(max(1, k_min), expected, draft_cost, spec.ledger, spec.config.draft_max)
         return k
@@ -247,11 +250,12 @@ class _Batch:
             table = costs.table(max(generating, capacity))  # never decreasing with the size
             self.max_rows = int(np.searchsorted(table, budget, side="right"))  # the sizes within the budget
 
-    def choose(self, expected: np.ndarray, k_min: int, draft_cost: float, ledger: Ledger, draft_max: int) -> int:
+    def choose(self, expected: np.ndarray, k_min: int, draft_cost: float, ledger: Ledger, draft_max: int,
+               evidence: int | None = None) -> int:
         """The k that pays for the step, among those the request's ledger allows."""
         extra, worth, longest = self._extra(expected.size - 1, draft_cost, draft_max)
         k = choose_k(expected, self.costs, k_min=k_min, draft_cost=draft_cost, rows=self.rows,
-                     others=self.tokens - 1.0, max_rows=self.max_rows, allowed=ledger.allows(extra, longest))
+                     others=self.tokens - 1.0, max_rows=self.max_rows, allowed=ledger.allows(extra, longest, evidence))
         if k:
             ledger.place(extra, worth)
         return self.take(k, float(expected[k]) - 1.0) if k else 0

@@ -37,29 +37,31 @@ class Tuning:
     # Spec-Bench sample and the edits) on 4 cost shapes: only a docstring edit that kept
     # failing changed (e-docs-rs 0.87 -> 0.96x plain, steep costs); a fixed 3-15 steps capped
     # the first long copies and cost up to 20% on diff answers (a-diff-js 2.23 -> 1.77x).
-    # The failed draft is afforded only once the answer is loss_start tokens long, in
-    # full loss_ramp tokens later; before, a request risks loss_share of its tokens and
-    # what its drafts won. Most short answers end within 12-33 tokens (Spec-Bench's qa,
-    # translation, rag; an MT-bench question restated and answered), where one failed
-    # draft of 3 is 1.7 steps on a 2-core CPU (5-9% of the answer) and drafting has next
-    # to nothing to win. Replayed (scripts/spec_ablate.py) on the Spec-Bench sample and
-    # the edits, Qwen2.5-Coder-0.5B's and 1.5B's greedy answers, 3 CPU cost shapes (this
-    # EPYC's 0.5B, the 1.5B's, tiled): the ramp from the first token over 64 (before)
-    # left 4 of those 6 runs with an answer below 0.97x plain (0.92-0.97: sb-qa-361,
-    # sb-rag-521, sb-mt-bench-101, each on its first draft); from 16 over 32, none
-    # (worst 0.975; on an older steeper shape 4 -> 2 and 2 -> 1), every category still at
-    # or above llama.cpp's best n-gram rule replayed alike, at a cost to answers that
-    # copy from their first token (0.5B edits 2.40 -> 2.05x on EPYC costs, llama.cpp's
-    # 2.05; the project's own 25 answers 1.294 -> 1.258, its agent answers 1.99 ->
-    # 1.84). Also tried and dropped: a start from 8 or 12 tokens (short answers below
-    # 0.97x again); over 16 (a document question's answer bet 15 at token 25: 0.93x); a
-    # risk bet needing an expected gain of 10-100% of its loss; the risk part at most
-    # 4-15% of the tokens written; credit counted 2-4 times (each left answers below or
-    # cost the edits more).
+    # The failed draft is afforded only to a copy whose match is loss_start tokens long
+    # (a draft model's: once loss_start tokens are written), in full loss_ramp later;
+    # before, a request risks loss_share of its tokens and what its drafts won. A short
+    # quote is often where an answer parts from its source or ends: most short answers
+    # end within 12-33 tokens (Spec-Bench's qa, translation, rag; an MT-bench question
+    # restated), where one failed draft of 3 is 1.7 steps on a 2-core CPU (5-9% of the
+    # answer) and drafting has next to nothing to win. Replayed (scripts/spec_ablate.py,
+    # drafting up to the recording's limit: the engine does not know where an answer
+    # ends) on the Spec-Bench sample and the edits, Qwen2.5-Coder-0.5B's and 1.5B's
+    # greedy answers, on 4 CPU cost shapes (this EPYC's 0.5B, the 1.5B's, tiled, steep):
+    # the ramp over the first 64 tokens written (before) left 1-6 answers below 0.97x
+    # plain in 7 of those 8 runs (0.85-0.97: sb-rag-521, its 20-token answer drafting 3
+    # past its end; sb-qa-361, sb-rag-501, sb-mt-bench-101, on a quote breaking); by the
+    # match, from 12 over 16, 0 in 6 runs and 1-2 on the steep shape, every category at
+    # or above llama.cpp's best n-gram rule replayed alike (0.5B edits 2.40 -> 2.32x on
+    # the EPYC's costs, llama.cpp's 2.05; the project's own 25 answers 1.294 -> 1.262,
+    # steep 1.141 -> 1.163; the agent answers 1.99 -> 1.88). By tokens written instead
+    # (16 over 32) the edits fell to 2.05x and two answers stayed below on the 0.5B's
+    # shape; from 32, to 1.64x; by the match from 8, three stayed below. Also tried and
+    # dropped: a risky bet needing an expected gain of 10-100% of its loss; the risky
+    # part at most 4-15% of the tokens written; credit counted 2-4 times.
     loss_drafts: float = 1.0
     loss_share: float = 0.03
-    loss_start: int = 16
-    loss_ramp: int = 32
+    loss_start: int = 12
+    loss_ramp: int = 16
 
     # --- the draft model
     draft_prior: float = 0.9  # acceptance of a same-family draft before evidence
