@@ -23,7 +23,8 @@ class Estimator(Protocol):
     """What every drafter's acceptance answers. ``at`` is where a draft starts: the run
     position (RunAcceptance), the length of the match behind it (MatchAcceptance), 0 for
     a draft model (Acceptance: by depth in the draft); ``order`` the n-gram's length
-    where it matters (the run's first position)."""
+    where it matters (the run's first position). The copies' estimators also judge single
+output tokens as they come, for free (SpecState.emitted)."""
 
     def expected_tokens(self, at: int, k: int, order: int = 0) -> np.ndarray:
         """Tokens one step yields with 0..k drafts from ``at``: the kept prefix plus one."""
@@ -31,10 +32,6 @@ class Estimator(Protocol):
 
     def update(self, at: int, drafted: int, accepted: int, order: int = 0) -> None:
         """A draft from ``at`` verified: ``accepted`` of its ``drafted`` tokens kept."""
-        ...
-
-    def judge(self, at: int, kept: bool, order: int = 0) -> None:
-        """One proposed token at ``at`` judged against the output, for free."""
         ...
 
 
@@ -77,14 +74,6 @@ class Acceptance:
             self.deepest = max(self.deepest, depth)
             self.tried[depth] += 1
             self.kept[depth] += depth <= accepted
-
-    def judge(self, at: int, kept: bool, order: int = 0) -> None:
-        """The draft's token at depth ``at + 1`` judged on its own."""
-        depth = at + 1
-        if depth < self.tried.size:
-            self.deepest = max(self.deepest, depth)
-            self.tried[depth] += 1
-            self.kept[depth] += kept
 
     def rates(self, k: int) -> np.ndarray:
         out = np.empty(k)

@@ -9,8 +9,7 @@ measured costs: a draft adds its extra cost and each kept token pays back the st
 saved. A draft is placed only where, failing whole, it would leave the request within
 its allowance (``TUNING.loss_share`` of the tokens written, and for a copy whose match
 is past ``TUNING.loss_start`` tokens ``TUNING.loss_drafts`` failed drafts of the longest
-length)
-behind plain, so by construction no request ends further behind than that; what drafts
+length) behind plain, so by construction no request ends further behind than that; what drafts
 won is credit that later bets may spend. Where the allowance is spent, drafts shrink to
 what it still covers, or stop, while proposals go on being judged for free (shadows, the
 copy's own judging), so a copy that resumes is drafted again as soon as one short draft

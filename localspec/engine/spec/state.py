@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from localspec.engine.sampling import Distribution
 from localspec.engine.spec.acceptance import Acceptance, Estimator, MatchAcceptance, RunAcceptance
 from localspec.engine.spec.copy import CopyTracker
@@ -50,7 +52,7 @@ class Judged:
     order: int = 0
     per_token: bool = False  # judged token by token as the output comes (SpecState.emitted), not per draft
 
-    def expected_tokens(self, k: int):
+    def expected_tokens(self, k: int) -> np.ndarray:
         return self.by.expected_tokens(self.at, k, self.order)
 
     def update(self, drafted: int, accepted: int) -> None:
