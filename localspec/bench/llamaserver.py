@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.bench.report import RunRecord, first_difference
+from localspec.bench.rounds import rounds_for
 from localspec.bench.suite import BenchPrompt
 from localspec.errors import LocalspecError
 
@@ -127,10 +128,14 @@ def run(bin_dir: Path, model: Path, prompts: list[BenchPrompt], *, max_tokens: i
 
     answers: dict[str, dict[str, list[Answer]]] = {config: {p.name: [] for p in prompts} for config in CONFIGS}
     for p in prompts:
-        for _ in range(repeat):
+        rounds, r = max(1, repeat), 0
+        while r < rounds:  # a short answer gets more rounds, as localspec's (rounds_for)
             for config in CONFIGS:  # each round's configurations back to back, as localspec's modes
                 with start(config) as server:
                     answers[config][p.name].append(server.ask(p.prompt, max_tokens))
+            if r == 0:
+                rounds = rounds_for(repeat, answers["plain"][p.name][0].tokens)
+            r += 1
     records = []
     for p in prompts:
         plain = answers["plain"][p.name]

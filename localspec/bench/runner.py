@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from localspec.bench.report import RunRecord, first_difference
+from localspec.bench.rounds import rounds_for
 from localspec.bench.suite import BenchPrompt
 from localspec.engine import Engine
 from localspec.types import Constraint, Message, Request, SamplingParams, SpecConfig
@@ -68,7 +69,8 @@ def run(
 
     A machine's speed drifts by tens of percent within minutes (clocks, neighbours), so
     with ``repeat`` > 1 each round times plain and every variant back to back (in
-    alternating order), a ratio is taken within each round, and the median is reported."""
+    alternating order), a ratio is taken within each round, and the median is reported;
+    a short answer gets more rounds (``rounds_for``)."""
     base = engine.spec
     variants = [(mode, dm) for mode in modes for dm in (sweep or [base.draft_max])]
     records: list[RunRecord] = []
@@ -83,7 +85,8 @@ def run(
         plain_text = ""
         plain_rates: list[float] = []
         runs: dict[tuple[str, int], list[tuple[list[int], Any]]] = {v: [] for v in variants}
-        for r in range(max(1, repeat)):
+        rounds, r = max(1, repeat), 0
+        while r < rounds:
             order = [None, *variants] if r % 2 == 0 else [*variants, None]
             for variant in order:
                 if variant is None:
@@ -93,6 +96,9 @@ def run(
                 else:
                     spec = replace(base, mode=variant[0], draft_max=variant[1])
                     runs[variant].append(_generate(engine, prompt, max_tokens, spec, constraint))
+            if r == 0:
+                rounds = rounds_for(repeat, len(plain))
+            r += 1
         plain_tps = statistics.median(plain_rates)
         rec = RunRecord(prompt.name, prompt.kind, "off", None, len(plain), plain_tps, 1.0, "off",
                         ratios=[1.0] * len(plain_rates))
