@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.bench.report import RunRecord, first_difference
-from localspec.bench.rounds import rounds_for
+from localspec.bench.rounds import more_rounds
 from localspec.bench.suite import BenchPrompt
 from localspec.errors import LocalspecError
 
@@ -115,6 +115,11 @@ class Server:
         self.close()
 
 
+def _ratios(got: list[Answer], plain: list[Answer]) -> list[float]:
+    """Each round's rate of a configuration to the plain server's in the same round."""
+    return [a.tokens_per_s / b.tokens_per_s for a, b in zip(got, plain) if b.tokens_per_s]
+
+
 def run(bin_dir: Path, model: Path, prompts: list[BenchPrompt], *, max_tokens: int, repeat: int, threads: int,
         n_ctx: int, on_record: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
     """Every configuration on every prompt, ``repeat`` rounds: records whose mode is
@@ -128,20 +133,18 @@ def run(bin_dir: Path, model: Path, prompts: list[BenchPrompt], *, max_tokens: i
 
     answers: dict[str, dict[str, list[Answer]]] = {config: {p.name: [] for p in prompts} for config in CONFIGS}
     for p in prompts:
-        rounds, r = max(1, repeat), 0
-        while r < rounds:  # a short answer gets more rounds, as localspec's (rounds_for)
+        r = 0
+        while more_rounds(repeat, r, (_ratios(answers[c][p.name], answers["plain"][p.name]) for c in CONFIGS)):
             for config in CONFIGS:  # each round's configurations back to back, as localspec's modes
                 with start(config) as server:
                     answers[config][p.name].append(server.ask(p.prompt, max_tokens))
-            if r == 0:
-                rounds = rounds_for(repeat, answers["plain"][p.name][0].tokens)
             r += 1
     records = []
     for p in prompts:
         plain = answers["plain"][p.name]
         for config in CONFIGS:
             got = answers[config][p.name]
-            ratios = [a.tokens_per_s / b.tokens_per_s for a, b in zip(got, plain) if b.tokens_per_s]
+            ratios = _ratios(got, plain)
             last = got[-1]
             parts = None if last.text == plain[-1].text else first_difference(last.text, plain[-1].text)
             rec = RunRecord(p.name, p.kind, f"llama-server {config}", None, last.tokens,

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from localspec.bench.report import RunRecord, first_difference
-from localspec.bench.rounds import rounds_for
+from localspec.bench.rounds import more_rounds
 from localspec.bench.suite import BenchPrompt
 from localspec.engine import Engine
 from localspec.types import Constraint, Message, Request, SamplingParams, SpecConfig
@@ -33,6 +33,11 @@ def _generate(engine: Engine, prompt: BenchPrompt, max_tokens: int, spec: SpecCo
     )
     ids = [e.token_id for e in stream if e.token_id >= 0]
     return ids, stream.result
+
+
+def _ratios(done: list[tuple[list[int], Any]], plain_rates: list[float]) -> list[float]:
+    """Each round's rate of a variant to plain's in the same round."""
+    return [res.timings.decode_tokens_per_s / p for (_, res), p in zip(done, plain_rates) if p]
 
 
 def _margin_at(engine: Engine, prompt: BenchPrompt, plain: list[int], position: int,
@@ -70,7 +75,7 @@ def run(
     A machine's speed drifts by tens of percent within minutes (clocks, neighbours), so
     with ``repeat`` > 1 each round times plain and every variant back to back (in
     alternating order), a ratio is taken within each round, and the median is reported;
-    a short answer gets more rounds (``rounds_for``)."""
+    where the ratios disagree, more rounds (``more_rounds``)."""
     base = engine.spec
     variants = [(mode, dm) for mode in modes for dm in (sweep or [base.draft_max])]
     records: list[RunRecord] = []
@@ -85,8 +90,8 @@ def run(
         plain_text = ""
         plain_rates: list[float] = []
         runs: dict[tuple[str, int], list[tuple[list[int], Any]]] = {v: [] for v in variants}
-        rounds, r = max(1, repeat), 0
-        while r < rounds:
+        r = 0
+        while more_rounds(repeat, r, (_ratios(done, plain_rates) for done in runs.values())):
             order = [None, *variants] if r % 2 == 0 else [*variants, None]
             for variant in order:
                 if variant is None:
@@ -96,8 +101,6 @@ def run(
                 else:
                     spec = replace(base, mode=variant[0], draft_max=variant[1])
                     runs[variant].append(_generate(engine, prompt, max_tokens, spec, constraint))
-            if r == 0:
-                rounds = rounds_for(repeat, len(plain))
             r += 1
         plain_tps = statistics.median(plain_rates)
         rec = RunRecord(prompt.name, prompt.kind, "off", None, len(plain), plain_tps, 1.0, "off",
@@ -111,7 +114,7 @@ def run(
         for (mode, draft_max), done in runs.items():
             ids, res = done[-1]
             spec = res.spec
-            ratios = [res_i.timings.decode_tokens_per_s / p for (_, res_i), p in zip(done, plain_rates) if p]
+            ratios = _ratios(done, plain_rates)
             diff = next((i for i, (a, b) in enumerate(zip(plain, ids)) if a != b), None)
             if diff is None and len(plain) != len(ids):
                 diff = min(len(plain), len(ids))

@@ -177,9 +177,10 @@ def test_bench_beside_llama_server(tiny_model: Path, tmp_path: Path):
     modes = [r["mode"] for r in data["runs"]]
     assert modes == ["off", "ngram", "llama-server plain", "llama-server ngram-simple", "llama-server ngram-mod"]
     theirs = {r["mode"]: r for r in data["runs"] if r["mode"].startswith("llama-server")}
-    # an 8-token answer: 2 rounds x 3 (SHORT_ROUNDS_MAX), on both sides, each on a fresh server
-    assert theirs["llama-server ngram-mod"]["ratio"] == 1.5 and theirs["llama-server ngram-mod"]["ratios"] == [1.5] * 6
-    assert len(next(r for r in data["runs"] if r["mode"] == "ngram")["ratios"]) == 6
+    # the stand-in's ratios agree: its 2 rounds settle them, each on a fresh server; localspec's
+    # own may disagree and get more rounds, at most 3 x 2 (ROUNDS_MAX)
+    assert theirs["llama-server ngram-mod"]["ratio"] == 1.5 and theirs["llama-server ngram-mod"]["ratios"] == [1.5] * 2
+    assert 2 <= len(next(r for r in data["runs"] if r["mode"] == "ngram")["ratios"]) <= 6
     assert theirs["llama-server ngram-simple"]["acceptance_rate"] == 0.5
     row = data["against_llama_server"]["code-edit-1"]
     assert row["llama_best"] == "ngram-mod" and row["llama_best_ratio"] == 1.5
