@@ -387,7 +387,13 @@ class KVFull(DecodeError):
 
 
 class Context:
-    """A llama.cpp context with ``n_seq`` sequences sharing one unified KV cache."""
+    """A llama.cpp context with ``n_seq`` sequences, each in a KV stream of its own
+    (``split``, llama-server's layout under ``-np``) or all in one unified cache.
+
+    Split is the default: in a unified cache every token attends over the cells of every
+    sequence (masked), so four slots of 700 tokens cost each token the attention of 2,800;
+    in a split one each attends over its own. A unified cache copies a sequence by tagging
+    cells; a split one copies whole streams (``seq_cp`` below)."""
 
     def __init__(
         self,
@@ -398,9 +404,12 @@ class Context:
         n_seq: int = 1,
         n_threads: int | None = None,
         kv_type: str = "f16",
+        split: bool = False,
     ) -> None:
         _init()
         self.model = model
+        #: one KV stream per sequence (a single sequence is both)
+        self.split = split and n_seq > 1
         threads = n_threads or default_threads()
         params = lc.llama_context_default_params()
         params.n_ctx = n_ctx
@@ -409,7 +418,7 @@ class Context:
         params.n_seq_max = n_seq
         params.n_threads = threads
         params.n_threads_batch = threads
-        params.kv_unified = True
+        params.kv_unified = not self.split
         params.type_k = KV_TYPES[kv_type]
         params.type_v = KV_TYPES[kv_type]
         if kv_type != "f16":  # a quantised V cache needs flash attention
@@ -483,7 +492,18 @@ class Context:
             raise DecodeError(f"llama.cpp could not remove positions {p0}..{p1} of slot {seq}.")
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+        """Make ``dst`` hold positions [p0, p1) of ``src`` (-1: open end), and nothing else.
+        A split cache copies only whole streams (llama.cpp asserts otherwise, at the next
+        decode's update): the stream is copied whole and cut to the range."""
+        self.seq_rm(dst, -1, -1)
+        if not self.split:
+            lc.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+            return
+        lc.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+        if p1 >= 0:
+            self.seq_rm(dst, p1, -1)
+        if p0 > 0:
+            self.seq_rm(dst, 0, p0)
 
     def seq_pos_max(self, seq: int) -> int:
         """The last position a sequence holds in the KV cache; -1 when it holds none."""

@@ -3,8 +3,9 @@
 Each hypothesis lives on a sequence of its own (one KV slot). At each step every live
 hypothesis decodes its last token in one batch; the best N continuations over all of
 them (by summed log-probability) are kept. A continuation that branches off a parent
-another one also keeps gets a copy of the parent's KV entries (``seq_cp``: in llama.cpp's
-unified cache a copy only tags the cells); a parent that nobody keeps frees its sequence.
+another one also keeps gets a copy of the parent's KV entries (``seq_cp``: in a split
+cache, llama-server's layout and the engine's, a copy of the parent's stream); a parent
+that nobody keeps frees its sequence.
 A hypothesis that ends (end of generation) is set aside with its score, logprob /
 length^alpha. The search stops when N have ended and no live one can still rank among
 them (at once with ``early_stopping``), or at max_tokens. Deterministic: no sampling.

@@ -11,79 +11,31 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from localspec.engine import backend, beam, embed, intake
-from localspec.engine import promptcache
+from localspec.engine import backend, beam, embed, intake, promptcache
 from localspec.engine.config import DEFAULT_CTX, EngineConfig, SlotState
 from localspec.engine.constraint import Constraints
+from localspec.engine.reuse import Keep, Reuse, open_cache
 from localspec.engine.sampling import Distribution, Sampler, logprob, top2_margin, top_logprobs
+from localspec.engine.slots import Job, Slot, common_prefix
 from localspec.engine.spec import costs as costs_cache
 from localspec.engine.spec.draftmodel import DraftModel, check_pair
 from localspec.engine.spec.policy import SlotView, SpecPolicy
-from localspec.engine.spec.state import Proposal, SpecState
+from localspec.engine.spec.state import Proposal
 from localspec.engine.spec.store import Store
 from localspec.engine.spec.tuning import TUNING
 from localspec.engine.spec.verify import verify
 from localspec.engine.stream import Stream
 from localspec.engine.text import TextAssembler
 from localspec.errors import EngineClosed, InvalidRequest, LocalspecError
-from localspec.types import Constraint, FinishReason, Request, Result, SpecConfig, SpecStats, Timings, TokenEvent, Usage
-
-@dataclass
-class _Saved:
-    """A prompt prefix's state read from the prompt cache, to load into a sequence."""
-
-    n: int  # leading prompt tokens it holds (and that are used)
-    state: bytearray
-    hit: promptcache.Hit
-
-
-@dataclass
-class _Keep:
-    """keep_state's errand for the engine thread."""
-
-    tokens: list[int]
-    owner: str
-    done: threading.Event = field(default_factory=threading.Event)
-    kept: int = 0
-
-
-@dataclass
-class _Job:
-    request: Request
-    prompt: list[int]
-    stream: Stream
-    spec: SpecConfig
-    saved: _Saved | None = None  # the target's, read from disk at submit
-    saved_draft: _Saved | None = None  # the draft model's
-
-
-@dataclass
-class _Slot:
-    seq: int
-    tokens: list[int] = field(default_factory=list)  # what the KV cache holds, in order
-    job: _Job | None = None
-    sampler: Sampler | None = None
-    text: TextAssembler | None = None
-    prefill_at: int = 0  # next prompt index to feed
-    pending: int | None = None  # sampled, emitted, not yet in the KV cache
-    generated: int = 0
-    cached: int = 0
-    t_start: float = 0.0
-    t_first: float = 0.0
-    spec: SpecState | None = None  # None: this request runs plain
-    follows: _Slot | None = None  # another choice of the same prompt: its KV is copied from there
-    owner: str = ""  # the store key whose request filled ``tokens``: no other key's request reuses them
-
-    @property
-    def active(self) -> bool:
-        return self.job is not None
+from localspec.types import Constraint, FinishReason, Request, Result, SpecStats, Timings, TokenEvent, Usage
 
 
 class Engine:
-    """Loads a model, owns its context on a thread of its own, runs submitted requests."""
+    """Loads a model, owns its context on a thread of its own, runs submitted requests
+    (slots.py: a request's job and slot; reuse.py: starting one from state computed before)."""
 
     def __init__(self, model_path: str | Path, config: EngineConfig | None = None) -> None:
         self.config = config = config or EngineConfig()
@@ -116,9 +68,9 @@ class Engine:
             raise InvalidRequest("Speculation mode 'draft' needs a draft model (--draft MODEL).")
         self.prompt_cache: promptcache.PromptCache | None = None
         if config.prompt_cache_dir is not None:
-            self.prompt_cache = _prompt_cache(config, self.ctx)
+            self.prompt_cache = open_cache(config, self.ctx)
             if self.draft is not None:
-                self.draft.prompt_cache = _prompt_cache(config, self.draft.ctx)
+                self.draft.prompt_cache = open_cache(config, self.draft.ctx)
         self.load_s = time.perf_counter() - t0
         self.constraints = Constraints(self.model)
         self.plan = None  # the memory plan and the settings, when opened by open_engine
@@ -127,14 +79,15 @@ class Engine:
         self._costs_key = costs_cache.cache_key(model_path, config.draft_model, config.n_threads, config.kv_type)
         self.policy = SpecPolicy(self.draft, costs_cache.load_cached(self._costs_key), self._batch.capacity)
         self.policy.tokenizer = self.model  # to read the diffs in prompts (spec/patch.py)
-        self._slots = [_Slot(seq=i) for i in range(config.n_slots)]
+        self._slots = [Slot(seq=i) for i in range(config.n_slots)]
+        self._reuse = Reuse(self.ctx, self._slots, self.draft, self.prompt_cache, config.n_batch)
         self.steps = 0  # engine steps (decodes) so far
         self.prefilled = 0  # prompt tokens decoded so far (cached and copied prompts are not)
         # each item: the jobs of one submit (n choices of one prompt), None to stop, or a wake-up
-        self._inbox: queue.SimpleQueue[list[_Job] | object | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[list[Job] | object | None] = queue.SimpleQueue()
         self._gate = threading.Condition()  # close() waits for submits under way
         self._submitting = 0
-        self._waiting: list[list[_Job]] = []
+        self._waiting: list[list[Job]] = []
         self._closed = False
         self._embedder: embed.Embedder | None = None
         #: made for embeddings (its GGUF declares a pooling type), not for generating text
@@ -187,7 +140,7 @@ class Engine:
             request, tokens, template = self._prepare(request)
             spec, thinking = intake.spec_for(request, self.spec, self.draft is not None), intake.opens_thinking(self.model, tokens)
             try:
-                saved, saved_draft = self._read_saved(tokens, request, spec) if n == 1 else (None, None)
+                saved, saved_draft = self._reuse.read_saved(tokens, request, spec) if n == 1 else (None, None)
             except Exception as exc:  # the cache never fails a request: prefill instead
                 promptcache.log.info("prompt cache: not read: %r", exc)
                 saved = saved_draft = None
@@ -195,7 +148,7 @@ class Engine:
             for i in range(n):
                 seed = request.sampling.seed
                 choice = request if i == 0 or seed is None else replace(request, sampling=replace(request.sampling, seed=seed + i))
-                jobs.append(_Job(choice, tokens, Stream(self._wake, len(tokens), template, thinking), spec,
+                jobs.append(Job(choice, tokens, Stream(self._wake, len(tokens), template, thinking), spec,
                                  saved, saved_draft))
             self._inbox.put(jobs)
             return [job.stream for job in jobs]
@@ -204,23 +157,6 @@ class Engine:
                 self._submitting -= 1
                 self._gate.notify_all()
 
-    def _read_saved(self, prompt: list[int], request: Request, spec: SpecConfig) -> tuple[_Saved | None, _Saved | None]:
-        """The longest prefix of the prompt saved on disk, for the target and the draft,
-        read here in the caller's thread (the engine thread only copies it in); nothing
-        where a slot already holds as long a prefix in memory."""
-        cache = self.prompt_cache
-        if cache is None or not request.cache_prompt or request.beams:
-            return None, None
-        in_memory = max((_common_prefix(list(s.tokens), prompt) for s in self._slots if s.owner == request.store_key),
-                        default=0)  # a hint read from this thread: the engine thread decides
-        out: list[_Saved | None] = []
-        for c in (cache, self.draft.prompt_cache if self.draft is not None and spec.mode in ("auto", "draft") else None):
-            hit = c.lookup(prompt, request.store_key) if c is not None else None
-            n = _aligned(min(hit.n, len(prompt) - 1), self.config.n_batch) if hit else 0
-            state = c.read(hit) if hit and n - in_memory >= promptcache.MIN_GAIN else None
-            out.append(_Saved(n, state, hit) if state is not None else None)
-        return out[0], out[1] if out[0] is not None else None
-
     def keep_state(self, request: Request) -> int:
         """Save now, to the prompt cache, the KV an idle slot holds of this request's
         prompt (a chat's history on /save), however few tokens it adds; returns how many
@@ -228,7 +164,7 @@ class Engine:
         if self.prompt_cache is None:
             return 0
         tokens = self._prepare(request)[1]
-        errand = _Keep(tokens, request.store_key)
+        errand = Keep(tokens, request.store_key)
         self._inbox.put(errand)
         if not errand.done.wait(60):
             return 0
@@ -369,8 +305,8 @@ class Engine:
                     return False
                 if isinstance(item, list):
                     self._waiting.append(item)
-                elif isinstance(item, _Keep):
-                    self._keep_now(item)
+                elif isinstance(item, Keep):
+                    self._reuse.keep_now(item)
                 item = self._inbox.get_nowait()
         except queue.Empty:
             return True
@@ -394,7 +330,7 @@ class Engine:
             if beams:
                 self._beam_search(jobs[0], free[:beams])
                 continue
-            leader = max(free, key=lambda s: _common_prefix(s.tokens, jobs[0].prompt))
+            leader = max(free, key=lambda s: common_prefix(s.tokens, jobs[0].prompt))
             others = sorted((s for s in free if s is not leader), key=lambda s: len(s.tokens))
             for slot, job in zip([leader, *others], jobs):
                 try:
@@ -405,19 +341,19 @@ class Engine:
                     slot.tokens.clear()
                     self.ctx.seq_rm(slot.seq, -1, -1)
 
-    def _start(self, slot: _Slot, job: _Job, follows: _Slot | None = None) -> None:
+    def _start(self, slot: Slot, job: Job, follows: Slot | None = None) -> None:
         """Set the slot up for the job; a slot that ``follows`` another gets that slot's
         prompt KV cache once it is prefilled (_fork) instead of prefilling its own."""
         if job.spec.mode != "off":
             self._calibrate(job.spec.draft_max)
-        keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
+        keep = min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1) if job.request.cache_prompt else 0
         if slot.owner != job.request.store_key:  # one API key never starts from another's prompt
             keep = 0
         slot.owner = job.request.store_key
         if follows is not None:
             keep = 0
         elif job.request.cache_prompt:
-            keep = self._reuse(slot, job, keep)
+            keep = self._reuse.start(slot, job, keep)
         self.ctx.seq_rm(slot.seq, keep, -1)
         del slot.tokens[keep:]
         params = job.request.sampling
@@ -434,70 +370,6 @@ class Engine:
         slot.follows = follows
         slot.t_start = time.perf_counter()
 
-    def _reuse(self, slot: _Slot, job: _Job, keep: int) -> int:
-        """Start the slot from the longest prefix of the prompt at hand: its own cache
-        (``keep`` tokens), another slot's (shared: ``llama_memory_seq_cp``) or a state
-        read from the prompt cache (loaded). Returns the tokens its sequence now holds."""
-        prompt, saved = job.prompt, job.saved
-        donor = max((s for s in self._slots if s is not slot and s.owner == slot.owner), default=None,
-                    key=lambda s: _common_prefix(s.tokens, prompt))
-        shared = min(_common_prefix(donor.tokens, prompt), len(prompt) - 1) if donor is not None else 0
-        if saved is not None and saved.n > max(keep, shared):
-            if self.ctx.state_seq_set(slot.seq, saved.state):
-                self.ctx.seq_rm(slot.seq, saved.n, -1)
-                slot.tokens[:] = prompt[: saved.n]
-                if self.draft is not None and job.saved_draft is not None:
-                    self.draft.restore(slot.seq, prompt[: job.saved_draft.n], job.saved_draft.state)
-                promptcache.log.info("prompt cache: %d of the prompt's %d tokens loaded from disk", saved.n, len(prompt))
-                return saved.n
-            slot.tokens.clear()  # llama.cpp refused it and left the sequence empty
-            self.prompt_cache.refused(saved.hit)
-            keep = 0
-        if shared > keep and shared >= promptcache.MIN_GAIN:
-            self.ctx.seq_rm(slot.seq, -1, -1)
-            self.ctx.seq_cp(donor.seq, slot.seq, 0, shared)
-            slot.tokens[:] = prompt[:shared]
-            if self.draft is not None:
-                self.draft.share(donor.seq, slot.seq, prompt[:shared])
-            return shared
-        return keep
-
-    def _keep_state(self, slot: _Slot) -> None:
-        """Save what the slot's sequence holds (a prompt just prefilled, or a prompt and
-        its answer) to the prompt cache, when it is long and no saved state covers it."""
-        cache, job = self.prompt_cache, slot.job
-        if cache is None or job is None or not job.request.cache_prompt or job.request.beams:
-            return
-        owner = job.request.store_key
-        try:
-            if cache.wants(slot.tokens, owner):
-                cache.save(list(slot.tokens), self.ctx.state_seq_get(slot.seq), owner)
-            if self.draft is not None:
-                self.draft.keep_state(slot.seq, slot.tokens, owner)
-        except Exception as exc:  # the cache never fails a request
-            promptcache.log.info("prompt cache: a state not saved: %r", exc)
-
-    def _keep_now(self, errand: _Keep) -> None:
-        """keep_state on the engine thread: the idle slot holding most of the tokens is cut
-        to what it shares with them (an answer's last token, not yet decoded, goes) and saved."""
-        try:
-            idle = [s for s in self._slots if not s.active]
-            slot = max(idle, key=lambda s: _common_prefix(s.tokens, errand.tokens), default=None)
-            n = _common_prefix(slot.tokens, errand.tokens) if slot is not None else 0
-            if slot is None or n < promptcache.MIN_TOKENS:
-                return
-            self.ctx.seq_rm(slot.seq, n, -1)
-            del slot.tokens[n:]
-            if self.prompt_cache.wants(slot.tokens, errand.owner, step=1):
-                self.prompt_cache.save(list(slot.tokens), self.ctx.state_seq_get(slot.seq), errand.owner)
-            if self.draft is not None:
-                self.draft.keep_state(slot.seq, slot.tokens, errand.owner, step=1)
-            errand.kept = n
-        except Exception as exc:  # the cache never fails a request
-            promptcache.log.info("prompt cache: a state not saved: %r", exc)
-        finally:
-            errand.done.set()
-
     def _step(self) -> None:
         """One decode for every active slot: draft, then one target batch (pending tokens
         with their drafts, then prompt chunks), then verify and accept per slot."""
@@ -507,7 +379,8 @@ class Engine:
         generating = [s for s in self._slots if s.active and s.pending is not None]
         self.steps += 1
         t0 = time.perf_counter()
-        proposals = self.policy.propose([self._view(s) for s in generating if s.spec is not None], len(generating))
+        views = [self._view(s) for s in generating if s.spec is not None]
+        proposals = self.policy.propose(views, len(generating)) if views else {}
         t_draft = time.perf_counter() - t0
         batch = self._batch
         batch.clear()
@@ -519,7 +392,8 @@ class Engine:
             for i, token in enumerate(proposal.tokens if proposal else ()):
                 batch.add(token, n + 1 + i, slot.seq, True)
         padded = self._pad(generating, proposals)
-        prefilled = self._prefill_chunks(self._prefill_budget(batch.n))
+        feeding = any(s.active and s.pending is None and s.follows is None for s in self._slots)
+        prefilled = self._prefill_chunks(self._prefill_budget(batch.n)) if feeding else []
         prompt_rows = sum(n for _, _, n in prefilled)
         if batch.n == 0:
             return
@@ -538,13 +412,13 @@ class Engine:
                 self._advance(slot, first_row[slot.seq], proposals.get(slot.seq), slot is padded)
         for slot, row, _ in prefilled:
             if slot.active and row >= 0:
-                self._keep_state(slot)
+                self._reuse.keep(slot)
                 for other in self._slots:
                     if other.active and other.follows is slot:
                         self._fork(slot, other, row)
                 self._first_token(slot, row)
 
-    def _beam_search(self, job: _Job, slots: list[_Slot]) -> None:
+    def _beam_search(self, job: Job, slots: list[Slot]) -> None:
         """Run a beam-search request to its end on ``slots`` (one sequence per
         hypothesis), here on the engine thread: other requests wait meanwhile."""
         for slot in slots:
@@ -560,7 +434,7 @@ class Engine:
             job.stream._put(TokenEvent(result.text, -1))
         job.stream._end(result)
 
-    def _fork(self, leader: _Slot, slot: _Slot, row: int) -> None:
+    def _fork(self, leader: Slot, slot: Slot, row: int) -> None:
         """Another choice of the leader's prompt: share its KV cache, sample its own
         first token from the same logits."""
         self.ctx.seq_rm(slot.seq, -1, -1)
@@ -570,12 +444,12 @@ class Engine:
         slot.follows = None
         self._first_token(slot, row)
 
-    def _first_token(self, slot: _Slot, row: int) -> None:
+    def _first_token(self, slot: Slot, row: int) -> None:
         token, _ = slot.sampler.sample(self.ctx.logits(row))
         if self._emit(slot, token, False, row):
             slot.pending = token
 
-    def _view(self, slot: _Slot) -> SlotView:
+    def _view(self, slot: Slot) -> SlotView:
         max_more = (slot.job.request.max_tokens or 1 << 30) - slot.generated - 1
         return SlotView(slot.seq, slot.tokens, slot.pending, min(self.n_ctx - 1 - len(slot.tokens), max_more),
                         slot.spec, slot.sampler)
@@ -592,7 +466,7 @@ class Engine:
         n = int(share / (1.0 - share) * costs.target_s(rows) / costs.prompt_token_s)
         return min(room, max(TUNING.prefill_min_chunk, n))
 
-    def _prefill_chunks(self, budget: int) -> list[tuple[_Slot, int, int]]:
+    def _prefill_chunks(self, budget: int) -> list[tuple[Slot, int, int]]:
         """Add prompt chunks of the slots still prefilling, up to ``budget`` rows and the
         batch's room: (slot, the row of its last prompt token or -1 if not yet reached,
         rows added)."""
@@ -612,7 +486,7 @@ class Engine:
                 out.append((slot, row if end == len(prompt) else -1, end - start))
         return out
 
-    def _pad(self, generating: list[_Slot], proposals: dict[int, Proposal]) -> _Slot | None:
+    def _pad(self, generating: list[Slot], proposals: dict[int, Proposal]) -> Slot | None:
         """Pad a batch of drafts to a larger size measured cheaper (Costs.pad_to): rows
         without logits on the last slot's sequence, past its drafts, removed again after
         verification. Only while no prompt is being fed, whose chunks fill the batch."""
@@ -630,7 +504,7 @@ class Engine:
             batch.add(slot.pending, start + i, slot.seq, False)
         return slot
 
-    def _advance(self, slot: _Slot, row0: int, proposal: Proposal | None, padded: bool = False) -> None:
+    def _advance(self, slot: Slot, row0: int, proposal: Proposal | None, padded: bool = False) -> None:
         """Verify the slot's drafts against the target's logits, keep the accepted prefix
         in the KV cache (roll back the rest and any padding), and emit the new tokens."""
         t0 = time.perf_counter()
@@ -659,7 +533,7 @@ class Engine:
         else:
             slot.pending = nxt
 
-    def _emit(self, slot: _Slot, token: int, from_draft: bool, row: int) -> bool:
+    def _emit(self, slot: Slot, token: int, from_draft: bool, row: int) -> bool:
         """Hand one token to the request; False when that ended it."""
         job = slot.job
         slot.sampler.accept(token)
@@ -688,13 +562,13 @@ class Engine:
             return True
         return False
 
-    def _finish(self, slot: _Slot, reason: FinishReason, error: str | None = None,
+    def _finish(self, slot: Slot, reason: FinishReason, error: str | None = None,
                 end_margin: float | None = None) -> None:
         """End the slot's request: its Result is sent whatever fails on the way."""
         job, text = slot.job, slot.text
         assert job is not None and text is not None
         if reason is not FinishReason.ERROR and slot.prefill_at == len(job.prompt) and slot.follows is None:
-            self._keep_state(slot)  # the prompt and its answer: a chat's next turn starts here
+            self._reuse.keep(slot)  # the prompt and its answer: a chat's next turn starts here
         slot.job = None  # first: a failure below must not finish it twice
         slot.follows = None
         try:
@@ -750,26 +624,9 @@ class Engine:
 _WAKE = object()
 
 
-def _prompt_cache(config: EngineConfig, ctx: backend.Context) -> promptcache.PromptCache:
-    identity = promptcache.Identity.of(ctx.model.path, backend.library_version(), config.kv_type, ctx.state_options)
-    return promptcache.PromptCache(config.prompt_cache_dir, identity, config.prompt_cache_size)
-
-
 def _message(exc: Exception) -> str:
     return exc.message if isinstance(exc, LocalspecError) else f"Internal error: {exc!r}"
 
 
-def _aligned(n: int, block: int) -> int:
-    """A restored prefix ends on a multiple of the batch size: a fresh prefill decodes the
-    prompt in blocks from position 0, and a state cut where one of them ends holds exactly
-    what that prefill computed (llama.cpp's rounding depends on a batch's layout; cut
-    elsewhere, a quantised model's greedy text could part from a fresh run's)."""
-    return n // block * block
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-def _empty_result(job: _Job, reason: FinishReason, error: str | None = None) -> Result:
+def _empty_result(job: Job, reason: FinishReason, error: str | None = None) -> Result:
     return Result("", reason, Usage(len(job.prompt), 0), Timings(0.0, 0.0, 0), job.stream.template, error)

@@ -11,6 +11,7 @@ import numpy as np
 
 from localspec.engine import backend
 from localspec.engine.sampling import Distribution, one_hot
+from localspec.engine.slots import common_prefix
 from localspec.errors import DraftMismatch
 
 # (draft logits, drafts so far) -> (token, the distribution q it was drawn from, q's top probability)
@@ -59,7 +60,7 @@ class DraftModel:
         caught_up = 0
         for job in jobs:
             have = self._tokens[job.seq]
-            keep = min(_common_prefix(have, job.context), len(job.context) - 1)
+            keep = min(common_prefix(have, job.context), len(job.context) - 1)
             if keep < len(have):
                 self.ctx.seq_rm(job.seq, keep, -1)
                 del have[keep:]
@@ -100,7 +101,7 @@ class DraftModel:
 
     def cached(self, seq: int, context: list[int]) -> int:
         """How many leading tokens of ``context`` the sequence's KV cache already holds."""
-        return _common_prefix(self._tokens[seq], context)
+        return common_prefix(self._tokens[seq], context)
 
     def time_step(self, seq: int, token: int) -> float:
         """Seconds of one draft step (the best of three), on a free sequence."""
@@ -137,7 +138,7 @@ class DraftModel:
         cache, have = self.prompt_cache, self._tokens[seq]
         if cache is None:
             return
-        n = _common_prefix(have, tokens)
+        n = common_prefix(have, tokens)
         if n < len(have):
             self.ctx.seq_rm(seq, n, -1)
             del have[n:]
@@ -176,12 +177,3 @@ def check_pair(target: backend.Model, draft: backend.Model) -> None:
     if problems:
         raise DraftMismatch(f"Cannot use {names} together: {problems[0]}.")
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    i = 0
-    while a[i] == b[i]:
-        i += 1
-    return i
