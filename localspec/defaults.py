@@ -10,7 +10,7 @@ from localspec.types import SamplingParams, SpecConfig
 _SPEC, _SAMPLING = SpecConfig(), SamplingParams()
 
 DEFAULTS: dict[str, Any] = {
-    "model": None, "draft": None, "system": None, "json_schema": None,
+    "model": None, "draft": None, "system": None, "json_schema": None, "source": None, "draft_source": None,
     "spec": _SPEC.mode, "draft_max": _SPEC.draft_max, "draft_min": _SPEC.draft_min,
     "draft_p_min": _SPEC.draft_p_min, "ngram_min": _SPEC.ngram_min, "ngram_max": _SPEC.ngram_max,
     "temperature": _SAMPLING.temperature, "top_k": _SAMPLING.top_k, "top_p": _SAMPLING.top_p,

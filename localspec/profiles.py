@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 
 from localspec.errors import LocalspecError, ProfileError
-from localspec.settings import optional_fields
+from localspec.settings import Repo, optional_fields
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 CONFIG_FILE = "config.yaml"
@@ -44,6 +44,8 @@ class Profile(_Section):
     draft: str | None = None
     system: str | None = None
     json_schema: str | None = None  # a file, relative to the profile's own directory
+    source: Repo = None  # the Hub repo of the target's original weights (`export`)
+    draft_source: Repo = None  # the draft's
     speculation: Speculation = Speculation()  # type: ignore[valid-type]
     sampling: Sampling = Sampling()  # type: ignore[valid-type]
     context: Context = Context()  # type: ignore[valid-type]
@@ -69,7 +71,7 @@ class Profile(_Section):
     def flat(self) -> dict[str, Any]:
         """The settings this profile sets, under the command-line option names."""
         out: dict[str, Any] = {}
-        for key in ("model", "draft", "system", "json_schema"):
+        for key in ("model", "draft", "system", "json_schema", "source", "draft_source"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         for section, rename in ((self.speculation, {"mode": "spec"}), (self.sampling, {}), (self.context, {})):

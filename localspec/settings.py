@@ -48,6 +48,18 @@ def _size(value: Any) -> Any:
     return value
 
 
+def _repo(value: Any) -> Any:
+    """A Hub repository, org/name (where a GGUF's original weights live)."""
+    import re
+
+    if value is None or (isinstance(value, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", value)):
+        return value
+    raise ValueError(f"must be a Hub repository, org/name (got {value!r})")
+
+
+Repo = Annotated[Optional[str], BeforeValidator(_repo)]
+
+
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
@@ -62,6 +74,9 @@ class Settings(BaseModel):
     draft: Optional[str] = None
     system: Optional[str] = None
     json_schema: Optional[str] = None  # a schema file (or its text) the output must match
+    # the Hub repos of the original (unquantized) weights, for `export` to a cluster engine
+    source: Repo = None
+    draft_source: Repo = None
     # speculation
     spec: Annotated[Literal[MODES], BeforeValidator(_lower)] = D["spec"]  # type: ignore[valid-type]
     draft_max: Annotated[int, Field(ge=1, le=64)] = D["draft_max"]

@@ -81,6 +81,7 @@ class TinySpec:
     # The weights of the model this one perturbs (a draft of it), and by how much.
     base_seed: int | None = None
     noise: float = 0.0
+    source_url: str | None = None  # general.source.repo_url: the original weights' repo
 
 
 def _weights(spec: TinySpec) -> dict[str, np.ndarray]:
@@ -149,6 +150,8 @@ def write_tiny_model(path: Path, spec: TinySpec = TinySpec(), split_max_tensors:
     w.add_bos_token_id(BOS_ID)
     w.add_eos_token_id(EOS_ID)
     w.add_add_bos_token(True)
+    if spec.source_url:
+        w.add_string("general.source.repo_url", spec.source_url)
     if spec.chat_template:
         w.add_chat_template(spec.chat_template)
     for name, arr in tensors.items():

@@ -12,6 +12,7 @@ from localspec.cli import bench as _bench
 from localspec.cli import chat as _chat
 from localspec.cli import doctor as _doctor
 from localspec.cli import embed as _embed
+from localspec.cli import export as _export
 from localspec.cli import info as _info
 from localspec.cli import ls as _ls
 from localspec.cli import pair as _pair
@@ -61,6 +62,7 @@ app.command("ls", help=_ls.HELP, epilog=_ls.EPILOG)(_ls.ls)
 app.command("rm", help=_rm.HELP, epilog=_rm.EPILOG)(_rm.rm)
 app.command("info", help=_info.HELP, epilog=_info.EPILOG)(_info.info)
 app.command("pair", help=_pair.HELP, epilog=_pair.EPILOG)(_pair.pair)
+app.command("export", help=_export.HELP, epilog=_export.EPILOG)(_export.export)
 app.add_typer(_profiles.app, name="profiles")
 app.command("doctor", help=_doctor.HELP, epilog=_doctor.EPILOG)(_doctor.doctor)
 

@@ -33,6 +33,7 @@ def info_record(info, *, source: str, repo: str | None = None, commit: str | Non
             "fingerprint": tok.fingerprint,
         },
         "chat_template": info.has_chat_template,
+        "original": info.origin,
     }
 
 
@@ -81,6 +82,7 @@ def info(
         ("vocab", f"{record['vocab_size']} ({tok.get('model', '?')}), fingerprint {tok.get('fingerprint', '-')}"),
         ("BOS / EOS / EOT", f"{tok.get('bos_id')} / {tok.get('eos_id')} / {tok.get('eot_id')}"),
         ("chat template", "yes" if record["chat_template"] else "no"),
+        ("original weights", record["original"] or "-"),
     ]
     for k, v in rows:
         table.add_row(k, v)

@@ -69,6 +69,7 @@ class ModelInfo:
     n_params: int = 0
     size_label: str | None = None
     tokenizer: Tokenizer | None = field(default=None, repr=False)
+    origin: str | None = None  # the Hub repo of the weights this GGUF was converted from
 
     @property
     def weights_bytes(self) -> int:
@@ -246,6 +247,7 @@ def info_from_header(header: Header, path: Path, file_bytes: int) -> ModelInfo:
             n_params=params,
             size_label=get("general.size_label"),
             tokenizer=_tokenizer(kv, n_vocab),
+            origin=origin_repo(kv),
         )
     except Exception as exc:
         raise ModelLoadError(f"{path} is truncated or damaged: its GGUF header cannot be read ({exc}).") from exc
@@ -272,6 +274,24 @@ def _tokenizer(kv: dict, n_vocab: int) -> Tokenizer | None:
         eot_id=special("eot"),
         tokens_sha256=digest.hexdigest(),
     )
+
+
+_HF_URL = re.compile(r"^https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([\w.-]+/[\w.-]+)/?(?:$|[/?#])")
+_REPO = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def origin_repo(kv: dict) -> str | None:
+    """The Hub repo whose weights this GGUF was converted from: ``general.source.repo_url``
+    or ``general.source.url`` (an huggingface.co address), or the older
+    ``general.source.huggingface.repository``. Not ``general.base_model.*``: that names
+    the model a fine-tune was trained from (an instruct model's base), not these weights."""
+    for key in ("general.source.repo_url", "general.source.url"):
+        value = kv.get(key)
+        m = _HF_URL.match(value) if isinstance(value, str) else None
+        if m:
+            return m.group(1).removesuffix(".git")
+    value = kv.get("general.source.huggingface.repository")
+    return value if isinstance(value, str) and _REPO.match(value) else None
 
 
 def _first(value):

@@ -180,3 +180,43 @@ def test_gated_repo_with_hf_token_or_a_stored_login(env, standin: StandinHub, ti
     (home / "token").write_text(standin.token)
     pulled = cli({**env, "HF_HOME": str(home)}, "pull", "acme/Gated-GGUF")
     assert pulled.returncode == 0, pulled.stderr
+
+
+def test_export_reads_the_original_weights_from_a_remote_header(env, standin: StandinHub, tmp_path: Path) -> None:
+    """A Hub GGUF whose header names its source repo: exported as that repo, from the
+    header alone (nothing downloaded); a local GGUF without one, as the file itself."""
+    from tinymodels import TinySpec, write_tiny_model
+
+    tagged = write_tiny_model(tmp_path / "tagged.gguf", TinySpec(source_url="https://huggingface.co/acme/Tiny-Instruct"))
+    standin.repos["acme/Tagged-GGUF"] = Repo({"tagged-Q8_0.gguf": tagged})
+    got = cli(env, "export", "vllm", "acme/Tagged-GGUF", "--draft", "acme/Tagged-GGUF", "--json")
+    assert got.returncode == 0, got.stderr
+    record = json.loads(got.stdout)
+    assert record["argv"][:3] == ["vllm", "serve", "acme/Tiny-Instruct"]
+    assert json.loads(record["argv"][record["argv"].index("--speculative-config") + 1])["model"] == "acme/Tiny-Instruct"
+    assert record["argv"][record["argv"].index("--served-model-name") + 1] == "acme/Tagged-GGUF"
+    assert not list(Path(env["HF_HUB_CACHE"]).rglob("*.gguf"))  # read remotely, nothing downloaded
+
+    script = tmp_path / "serve-sglang.sh"
+    got = cli(env, "export", "sglang", str(tagged.with_name("plain.gguf")), "-o", str(script))
+    assert got.returncode == 1 and got.stderr.count("\n") == 1 and "plain.gguf" in got.stderr  # no such file
+    plain = write_tiny_model(tmp_path / "plain.gguf")
+    got = cli(env, "export", "sglang", str(plain), "--slots", "16", "-o", str(script))
+    assert got.returncode == 0 and got.stdout == "", got.stderr
+    text = script.read_text()
+    assert os.access(script, os.X_OK) and f"--model-path {plain}" in text and "--max-running-requests 16" in text
+    assert "no original-weights repo is known" in text
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+
+
+def test_export_refuses_bad_input_in_one_sentence(env, standin: StandinHub, tiny_model: Path) -> None:
+    for args, code, says in (
+        (["export", "tgi", str(tiny_model)], 2, "must be one of vllm, sglang"),
+        (["export", "vllm", str(tiny_model), "--source", "not a repo"], 2, "must be a Hub repository"),
+        (["export", "vllm", str(tiny_model), "--spec", "draft"], 1, "needs a draft model"),
+        (["export", "vllm", "acme/Nowhere-GGUF"], 1, "--source ORG/REPO"),
+    ):
+        got = cli(env, *args)
+        assert got.returncode == code and says in got.stderr and "Traceback" not in got.stderr, (args, got.stderr)
+    got = cli(env, "export", "vllm", "acme/Nowhere-GGUF", "--source", "acme/Nowhere")  # no header read at all
+    assert got.returncode == 0 and "vllm serve acme/Nowhere" in got.stdout, got.stderr
